@@ -1,0 +1,61 @@
+"""Shared fixtures: a fake launcher for runner logic, helpers to find a sweep's child processes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from vaemem.measuring.launcher import Launcher, RunOutcome
+from vaemem.measuring.point import Point
+
+DATA = Path(__file__).parent / "data"
+
+
+class FakeLauncher(Launcher):
+    """Returns canned outcomes: demand = pixels * bytes_per_pixel, or the status chosen per point key."""
+
+    name = "fake"
+
+    def __init__(self, bytes_per_pixel: int = 100, fail: dict[str, str] | None = None) -> None:
+        self.bytes_per_pixel = bytes_per_pixel
+        self.fail = fail or {}
+        self.ran: list[Point] = []
+
+    def run(self, point: Point, timeout_s: float) -> RunOutcome:
+        self.ran.append(point)
+        status = self.fail.get(point.key, "ok")
+        if status == "crash":
+            return RunOutcome(None, -11, False, "Segmentation fault", 0.1, 1234)
+        if status == "timeout":
+            return RunOutcome(None, -9, True, "", timeout_s, 1234)
+        demand = point.pixels * self.bytes_per_pixel
+        result = {"status": status, "demand_bytes": demand if status == "ok" else None,
+                  "readings": {"baseline_rss_bytes": 1000, "peak_rss_bytes": 1000 + demand},
+                  "rig": {"backend": "cpu", "conv_backend": "onednn", "device_name": "fake"}, "op_wall_s": 0.01}
+        return RunOutcome(result, 0, False, "", 0.01, 1234)
+
+
+def descendants(pid: int) -> list[int]:
+    """All live descendants of ``pid`` (children of children too), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
+
+
+@pytest.fixture
+def fake_launcher() -> FakeLauncher:
+    return FakeLauncher()

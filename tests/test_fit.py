@@ -1,0 +1,270 @@
+"""The envelope fit (known answers, brute force), the coefficient file and its reproducibility check."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vaemem.errors import VaememError
+from vaemem.fit import coefficients as co
+from vaemem.fit.envelope import MIB, Line, fit_envelope
+
+ROOT = Path(__file__).parent.parent
+TINY = ROOT / "measurements" / "epyc-avx2-2core-tiny.jsonl"
+
+
+# ---- known answers ------------------------------------------------------------------------------------------------
+
+def test_points_on_an_exact_line_recover_slope_and_base():
+    px = [65_536, 262_144, 589_824, 1_048_576, 2_359_296]
+    line = fit_envelope(px, [1234.5 * x + 300 * MIB for x in px])
+    assert line.slope == pytest.approx(1234.5, rel=1e-7)
+    assert line.base == pytest.approx(300 * MIB, rel=1e-7)
+
+
+def test_points_under_a_known_line_are_covered_and_never_above_it():
+    true = Line(2000.0, 500 * MIB)
+    px = [100_000 * k for k in range(1, 12)]
+    frac = [1.0, 0.9, 0.95, 0.8, 1.0, 0.85, 0.9, 0.97, 0.88, 0.92, 0.99]  # first and fifth touch the line
+    demand = [true(x) * f for x, f in zip(px, frac)]
+    line = fit_envelope(px, demand)
+    assert all(line(x) >= d * (1 - 1e-9) for x, d in zip(px, demand))
+    assert all(line(x) <= true(x) * (1 + 1e-9) for x in (min(px), max(px)))  # a line: the ends bound the range
+
+
+def _brute_force(px: list[float], demand: list[float]) -> float:
+    """Least sum(line/demand) over the candidate vertices: lines through two points, through one point with
+    base 0, and the flat line at the highest point."""
+    cands = [Line(0.0, max(demand))] + [Line(d / x, 0.0) for x, d in zip(px, demand)]
+    for (x1, y1), (x2, y2) in itertools.combinations(zip(px, demand), 2):
+        if x1 != x2:
+            s = (y2 - y1) / (x2 - x1)
+            if s >= 0 and y1 - s * x1 >= 0:
+                cands.append(Line(s, y1 - s * x1))
+    feasible = [c for c in cands if all(c(x) >= d * (1 - 1e-9) for x, d in zip(px, demand))]
+    return min(sum(c(x) / d for x, d in zip(px, demand)) for c in feasible)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 5000)), min_size=2, max_size=8,
+                unique_by=lambda t: t[0]))
+def test_lp_matches_brute_force(pairs):
+    px = [p * 50_000 for p, _ in pairs]
+    demand = [d * MIB for _, d in pairs]
+    line = fit_envelope(px, demand)
+    assert all(line(x) >= d * (1 - 1e-7) for x, d in zip(px, demand))
+    assert sum(line(x) / d for x, d in zip(px, demand)) == pytest.approx(_brute_force(px, demand), rel=1e-6)
+
+
+def test_tile_term_is_fitted_when_two_tile_sizes_exist():
+    rows = [(px, t) for px in (262_144, 589_824, 1_048_576) for t in (65_536, 262_144)]
+    demand = [800 * px + 3000 * t + 100 * MIB for px, t in rows]
+    line = fit_envelope([r[0] for r in rows], demand, [r[1] for r in rows])
+    assert (line.slope, line.tile_slope) == (pytest.approx(800, rel=1e-6), pytest.approx(3000, rel=1e-6))
+    assert line.base == pytest.approx(100 * MIB, rel=1e-6)
+
+
+def test_envelope_refuses_degenerate_input():
+    with pytest.raises(VaememError, match="two distinct pixel counts"):
+        fit_envelope([100, 100], [1, 2])
+    with pytest.raises(VaememError, match="positive"):
+        fit_envelope([100, 200], [0, 2])
+
+
+def test_rounding_is_up_and_margin_multiplies():
+    assert co.ceil_step(1234.561, 0.01) == 1234.57 and co.ceil_step(1234.56, 0.01) == 1234.56
+    line = co.stored_line(Line(1000.0, 100 * MIB + 1), 0.05)
+    assert line.slope == 1050.0 and line.base == 106 * MIB
+
+
+# ---- the coefficient file from synthetic measurement files ---------------------------------------------------------
+
+def _record(model="tiny-kl", op="decode", dtype="fp32", w=64, h=64, run=0, demand=None, allocator="glibc-fixed",
+            os_="linux", conv="onednn", tile=None, status="ok", rig="r", backend="cpu"):
+    px = w * h
+    key = f"{model}/{op}/{dtype}/{w}x{h}/b1/f1/t{tile or 0}/{allocator}/cpu"
+    return {"schema_version": 1, "model": model, "op": op, "dtype": dtype, "width": w, "height": h, "batch": 1,
+            "frames": 1, "tile": tile, "allocator": allocator, "device": "cpu", "point_key": key, "pixels": px,
+            "run": run, "status": status, "demand_bytes": demand if demand is not None else 500 * px + 20 * MIB,
+            "rig": {"name": rig, "os": os_, "conv_backend": conv, "backend": backend}}
+
+
+def _write(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _fit(tmp_path, records, margin=0.05):
+    data = co.load_dataset([_write(tmp_path / "m.jsonl", records)])
+    return co.fit_dataset(data, margin)
+
+
+def test_groups_keep_allocator_os_dtype_and_backend_apart(tmp_path):
+    recs = []
+    for alloc, os_, dtype, conv in [("glibc-fixed", "linux", "fp32", "onednn"), ("glibc", "linux", "fp32", "onednn"),
+                                    ("glibc-fixed", "windows", "fp32", "onednn"),
+                                    ("glibc-fixed", "linux", "bf16", "aten")]:
+        recs += [_record(w=s, h=s, allocator=alloc, os_=os_, dtype=dtype, conv=conv, rig=f"r-{os_}")
+                 for s in (64, 128)]
+    doc = _fit(tmp_path, recs).document
+    assert sorted(g["group"] for g in doc["groups"]) == sorted([
+        "tiny-kl/decode/onednn/glibc-fixed/fp32/linux/untiled", "tiny-kl/decode/onednn/glibc/fp32/linux/untiled",
+        "tiny-kl/decode/onednn/glibc-fixed/fp32/windows/untiled", "tiny-kl/decode/aten/glibc-fixed/bf16/linux/untiled"])
+
+
+def test_point_demand_is_the_largest_run_and_failures_are_ignored(tmp_path):
+    recs = [_record(w=64, h=64, run=0, demand=100 * MIB), _record(w=64, h=64, run=1, demand=120 * MIB),
+            _record(w=128, h=128, run=0, demand=200 * MIB), _record(w=256, h=256, status="oom", demand=None)]
+    recs[-1]["demand_bytes"] = None
+    g = _fit(tmp_path, recs, margin=0.0).document["groups"][0]
+    assert (g["n_points"], g["n_runs"]) == (2, 3)
+    slope = (200 - 120) * MIB / (128 * 128 - 64 * 64)
+    assert g["slope_bytes_per_pixel"] == co.ceil_step(slope, 0.01)
+
+
+def test_single_size_groups_are_reported_not_guessed(tmp_path):
+    doc = _fit(tmp_path, [_record(w=64, h=64), _record(w=64, h=64, run=1)]).document
+    assert doc["groups"] == [] and doc["unfitted"][0]["reason"] == "fewer than 2 distinct pixel counts"
+
+
+def test_quality_bound_names_points_and_exceptions_let_a_group_pass(tmp_path):
+    # a concave curve: the straight envelope over-reserves the middle point
+    recs = [_record(w=64, h=64, demand=10 * MIB), _record(w=128, h=128, demand=100 * MIB),
+            _record(w=256, h=256, demand=130 * MIB)]
+    result = _fit(tmp_path, recs)
+    assert any("tiny-kl/decode/fp32/64x64" in v and "reserved" in v for v in result.violations)
+    gid = result.document["groups"][0]["group"]
+    data = co.load_dataset([tmp_path / "m.jsonl"])
+    ok = co.fit_dataset(data, 0.05, {gid: "concave first-run curve"})
+    assert not ok.violations and ok.document["groups"][0]["exception"] == "concave first-run curve"
+    with pytest.raises(VaememError, match="no data"):
+        co.fit_dataset(data, 0.05, {"nope/decode": "x"})
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"schema_version": 1, "model": "tiny-kl"\n', "m.jsonl:1: malformed JSON"),
+    ('{"schema_version": 3}\n', "m.jsonl:1: schema_version 3 is newer"),
+    ('{"schema_version": 1, "status": "ok", "model": "tiny-kl"}\n', "m.jsonl:1: record lacks a usable field"),
+])
+def test_bad_lines_name_file_and_line(tmp_path, content, message):
+    (tmp_path / "m.jsonl").write_text(content)
+    with pytest.raises(VaememError, match=message):
+        co.load_dataset([tmp_path / "m.jsonl"])
+
+
+def test_skip_bad_lists_lines_and_fits_the_rest(tmp_path):
+    good = "".join(json.dumps(_record(w=s, h=s)) + "\n" for s in (64, 128))
+    (tmp_path / "m.jsonl").write_text(good + "garbage\n" + '{"schema_version": 9}\n')
+    data = co.load_dataset([tmp_path / "m.jsonl"], skip_bad=True)
+    assert [b.line for b in data.skipped] == [3, 4]
+    assert len(co.fit_dataset(data).document["groups"]) == 1
+
+
+def test_empty_measurements_are_an_error(tmp_path):
+    (tmp_path / "m.jsonl").write_text("")
+    with pytest.raises(VaememError, match="no measurements"):
+        co.load_dataset([tmp_path / "m.jsonl"])
+    _write(tmp_path / "m.jsonl", [_record(status="crash")])
+    with pytest.raises(VaememError, match="no run with status ok"):
+        co.load_dataset([tmp_path / "m.jsonl"])
+
+
+def test_a_group_mixing_device_backends_is_refused(tmp_path):
+    recs = [_record(w=64, h=64), _record(w=128, h=128, backend="xpu")]
+    with pytest.raises(VaememError, match="mixes device backends"):
+        _fit(tmp_path, recs)
+
+
+def test_file_is_deterministic_and_written_atomically(tmp_path):
+    recs = [_record(w=s, h=s) for s in (64, 128, 256)]
+    a = co.dumps(_fit(tmp_path, recs).document)
+    b = co.dumps(_fit(tmp_path, list(reversed(recs))).document)
+    assert a == b and a.endswith("\n") and '"schema_version": 1' in a
+    out = tmp_path / "fits" / "c.json"
+    co.write_atomic(out, a)
+    assert out.read_text() == a and [p.name for p in out.parent.iterdir()] == ["c.json"]
+
+
+# ---- the reproducibility check catches each kind of drift -----------------------------------------------------------
+
+@pytest.fixture
+def committed(tmp_path):
+    """A copy of the committed tiny data set and its freshly derived coefficient file."""
+    shutil.copy(TINY, tmp_path / "m.jsonl")
+    text = co.dumps(co.fit_dataset(co.load_dataset([tmp_path / "m.jsonl"])).document)
+    (tmp_path / "c.json").write_text(text)
+    return tmp_path
+
+
+def _recheck(d: Path, margin=0.05) -> list[str]:
+    return co.check(d / "c.json", co.dumps(co.fit_dataset(co.load_dataset([d / "m.jsonl"]), margin).document))
+
+
+def test_check_passes_on_untouched_data(committed):
+    assert _recheck(committed) == []
+
+
+def test_check_catches_a_hand_edited_slope(committed):
+    doc = json.loads((committed / "c.json").read_text())
+    doc["groups"][0]["slope_bytes_per_pixel"] += 0.01
+    (committed / "c.json").write_text(co.dumps(doc))
+    assert any("slope_bytes_per_pixel" in d for d in _recheck(committed))
+
+
+def test_check_catches_a_dropped_base_term(committed):
+    doc = json.loads((committed / "c.json").read_text())
+    doc["groups"][0]["base_bytes"] = 0
+    (committed / "c.json").write_text(co.dumps(doc))
+    assert any("base_bytes" in d for d in _recheck(committed))
+
+
+def test_check_catches_a_changed_margin(committed):
+    diffs = _recheck(committed, margin=0.06)
+    assert any(d.startswith("margin") for d in diffs) and any("slope_bytes_per_pixel" in d for d in diffs)
+
+
+def test_check_catches_a_point_added_to_the_measurements(committed):
+    lines = (committed / "m.jsonl").read_text().splitlines()
+    extra = json.loads(lines[0])
+    extra["run"] = 7
+    with open(committed / "m.jsonl", "a") as f:
+        f.write(json.dumps(extra) + "\n")
+    assert any(d.startswith("measurements_sha256") for d in _recheck(committed))
+
+
+def test_check_catches_a_grouping_that_ignores_a_key(committed, monkeypatch):
+    # measurements that differ only in allocator; a grouping without the allocator key would merge them
+    lines = [json.loads(l) for l in (committed / "m.jsonl").read_text().splitlines()]
+    for r in lines[:6]:
+        r["allocator"] = "glibc"
+        r["point_key"] = r["point_key"].replace("glibc-fixed", "glibc")
+    (committed / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (committed / "c.json").write_text(co.dumps(co.fit_dataset(co.load_dataset([committed / "m.jsonl"])).document))
+    assert _recheck(committed) == []
+    for key in ("allocator", "os", "dtype"):
+        monkeypatch.setattr(co, "GROUP_KEYS", tuple(k for k in ("architecture", "op", "conv_backend", "allocator",
+                                                                  "dtype", "os", "tiled") if k != key))
+        assert _recheck(committed), f"dropping {key} from the grouping went unnoticed"
+
+
+def test_the_committed_coefficient_file_is_reproducible():
+    """The same check `make check` runs, over the committed data."""
+    data = co.load_dataset([ROOT / "measurements"])
+    result = co.fit_dataset(data, 0.05, co.load_exceptions(ROOT / "fits" / "exceptions.json"))
+    assert not result.violations
+    assert co.check(ROOT / "fits" / "coefficients.json", co.dumps(result.document)) == []
+
+
+def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
+    (tmp_path / "c.json").write_text('{"schema_version": 2}')
+    with pytest.raises(VaememError, match="newer than"):
+        co.read_coefficients(tmp_path / "c.json")
+    (tmp_path / "c.json").write_text('{"schema_version": "1"}')
+    with pytest.raises(VaememError, match="is not the one"):
+        co.read_coefficients(tmp_path / "c.json")

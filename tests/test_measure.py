@@ -1,0 +1,331 @@
+"""Points, probes, allocators, launchers and the sweep runner."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeLauncher, descendants
+from vaemem.errors import VaememError
+from vaemem.measuring import allocators
+from vaemem.measuring.launcher import ForkLauncher, SpawnLauncher
+from vaemem.measuring.point import Point, build_grid, parse_res, parse_shard, shard, validate
+from vaemem.measuring.probes import CpuProbe, CudaProbe, demand_from
+from vaemem.measuring.runner import measure, recorded_runs
+from vaemem.measuring.store import append_record, iter_records, load_measurements
+
+MIB = 1024 * 1024
+
+
+# ---- points -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("point,message", [
+    (Point("nope", "decode", "fp32", 64, 64), "choose one of: cogview4"),
+    (Point("tiny-kl", "blur", "fp32", 64, 64), "choose one of: decode, encode"),
+    (Point("tiny-kl", "decode", "fp8", 64, 64), "choose one of: fp16, bf16, fp32"),
+    (Point("tiny-kl", "decode", "fp32", 66, 64), "multiples of 4"),
+    (Point("tiny-kl", "decode", "fp32", 0, 64), "positive"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, batch=0), "batch must be a positive"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, frames=5), "image model: frames apply only to"),
+    (Point("tiny-wan", "decode", "fp32", 64, 64, frames=4), r"1 \+ 4k"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, tile=64), "no tiling would happen"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, tile=30), "positive multiple of 4"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native"), "choose one of: glibc, glibc-fixed"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc", device="cuda"), "cudaMallocAsync"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, device="tpu"), "bad device"),
+    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "supports only encode"),
+])
+def test_invalid_points_are_refused_naming_the_choices(point, message):
+    with pytest.raises(VaememError, match=message):
+        validate(point)
+
+
+def test_parse_res_and_shard():
+    assert parse_res("512") == (512, 512) and parse_res("768x448") == (768, 448)
+    for bad in ("", "x", "512x", "-5", "1.5"):
+        with pytest.raises(VaememError):
+            parse_res(bad)
+    assert parse_shard("2/4") == (2, 4)
+    for bad in ("0/4", "5/4", "a/b", "2"):
+        with pytest.raises(VaememError):
+            parse_shard(bad)
+
+
+def test_grid_is_deduplicated_sorted_by_size_and_video_frames_default():
+    pts = build_grid(["tiny-kl"], ["decode"], ["fp32"], ["128", "64", "64x64"], allocators=["glibc"])
+    assert [p.pixels for p in pts] == [64 * 64, 128 * 128]
+    assert build_grid(["tiny-wan"], ["encode"], ["fp32"], ["64"])[0].frames == 17
+
+
+def test_shards_partition_the_grid_stably():
+    pts = build_grid(["tiny-kl", "tiny-wan"], ["decode", "encode"], ["fp32", "bf16"],
+                     ["64", "128", "96x64", "256"], frames=[5])
+    parts = [shard(pts, k, 3) for k in (1, 2, 3)]
+    assert sorted(p.key for part in parts for p in part) == sorted(p.key for p in pts)
+    assert all(part for part in parts)
+    assert shard(list(reversed(pts)), 2, 3) == list(reversed(parts[1]))  # independent of grid order
+
+
+def test_point_key_ignores_device_index_only():
+    a = Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native", device="cuda:0")
+    b = Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native", device="cuda:1")
+    assert a.key == b.key and a.key != Point("tiny-kl", "decode", "fp32", 64, 64).key
+
+
+# ---- allocators -----------------------------------------------------------------------------------------------
+
+def test_host_allocator_settings_never_leak_into_a_point():
+    host = {"PATH": "/bin", "PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "x",
+            "PYTORCH_HIP_ALLOC_CONF": "y", "MALLOC_ARENA_MAX": "2"}
+    assert allocators.child_env("native", host) == {"PATH": "/bin"}
+    assert allocators.child_env("glibc", host) == {"PATH": "/bin"}
+    fixed = allocators.child_env("glibc-fixed", host)
+    assert fixed["MALLOC_MMAP_THRESHOLD_"] == "65536" and fixed["MALLOC_TRIM_THRESHOLD_"] == "0"
+    asyn = allocators.child_env("cudaMallocAsync", host)
+    assert {asyn[v] for v in allocators.TORCH_ALLOC_VARS} == {"backend:cudaMallocAsync"}
+    assert allocators.late_env("expandable-off")["PYTORCH_ALLOC_CONF"] == "expandable_segments:False"
+    # glibc reads MALLOC_* at start (needs its own fork helper); torch reads its variable at first device use
+    assert allocators.startup_env("cudaMallocAsync") == {} and allocators.late_env("glibc-fixed") == {}
+
+
+# ---- probes -----------------------------------------------------------------------------------------------------
+
+def test_cpu_probe_known_answer_in_process():
+    import torch
+
+    probe = CpuProbe()
+    probe.start()
+    block = torch.ones(64 * MIB // 4)  # 64 MiB, touched
+    readings = probe.stop()
+    del block
+    demand, deltas = demand_from(readings)
+    assert 64 * MIB <= demand < 72 * MIB, demand / MIB
+
+
+def test_cpu_probe_reads_proc_status_fields(tmp_path):
+    (tmp_path / "clear_refs").write_text("")
+    (tmp_path / "status").write_text("VmPeak:\t 9 kB\nVmHWM:\t    3000 kB\nVmRSS:\t    1000 kB\n")
+    probe = CpuProbe(tmp_path)
+    probe.start()
+    assert (tmp_path / "clear_refs").read_text() == "5"
+    (tmp_path / "status").write_text("VmHWM:\t    5000 kB\nVmRSS:\t    2000 kB\n")
+    r = probe.stop()
+    assert r == {"baseline_rss_bytes": 1000 * 1024, "peak_rss_bytes": 5000 * 1024, "after_rss_bytes": 2000 * 1024}
+
+
+def test_cpu_probe_without_proc_is_a_clear_error(tmp_path):
+    with pytest.raises(VaememError, match="clear_refs"):
+        CpuProbe(tmp_path / "missing").start()
+
+
+class FakeCuda:
+    """torch.cuda's memory API over a scripted allocator: `phase` moves from baseline to op to after."""
+
+    def __init__(self, transient_driver_peak: int = 0) -> None:
+        self.total, self.phase, self.transient = 80 * 1024 * MIB, "baseline", transient_driver_peak
+        self.peaks_reset = False
+        self.calls: list[str] = []
+
+    state = {"baseline": (1000 * MIB, 1200 * MIB, 1100 * MIB), "op": (1000 * MIB, 3000 * MIB, 2600 * MIB),
+             "after": (1000 * MIB, 3000 * MIB, 3100 * MIB)}
+
+    def synchronize(self, i): self.calls.append("sync")
+
+    def reset_peak_memory_stats(self, i): self.peaks_reset = True
+
+    def memory_allocated(self, i): return self.state[self.phase][0]
+
+    def memory_reserved(self, i): return self.state[self.phase][1]
+
+    def max_memory_allocated(self, i): return 2500 * MIB
+
+    def max_memory_reserved(self, i): return 3000 * MIB
+
+    def mem_get_info(self, i):
+        used = self.state[self.phase][2] + (self.transient if self.phase == "op" else 0)
+        return self.total - used, self.total
+
+
+def test_cuda_probe_known_answer_with_fake_device():
+    api = FakeCuda(transient_driver_peak=2000 * MIB)
+    probe = CudaProbe(api, 0)
+    probe.start()
+    assert api.peaks_reset
+    api.phase = "op"
+    time.sleep(0.05)  # the sampler thread sees the transient driver peak that no counter keeps
+    api.phase = "after"
+    r = probe.stop()
+    demand, deltas = demand_from(r)
+    assert deltas == {"driver": 3500 * MIB, "reserved": 1800 * MIB, "allocated": 1500 * MIB}
+    assert demand == 3500 * MIB
+    assert r["after_driver_bytes"] == 3100 * MIB
+
+
+def test_cuda_probe_with_cudamallocasync_zero_stats_falls_back_to_driver():
+    api = FakeCuda()
+    api.max_memory_reserved = lambda i: 0  # cudaMallocAsync leaves some stats at zero
+    probe = CudaProbe(api, 0)
+    probe.start()
+    api.phase = "after"
+    demand, deltas = demand_from(probe.stop())
+    assert deltas["reserved"] == 0 and demand == deltas["driver"] == 2000 * MIB
+
+
+# ---- the store ----------------------------------------------------------------------------------------------------
+
+def _writer(path: str, tag: int, n: int) -> None:
+    for i in range(n):
+        append_record(path, {"schema_version": 1, "tag": tag, "i": i, "pad": "x" * 5000})
+
+
+def test_concurrent_writers_leave_only_whole_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    procs = [multiprocessing.get_context("spawn").Process(target=_writer, args=(str(path), t, 150)) for t in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    records = [r for _, _, r in iter_records([path])]
+    assert len(records) == 450
+    assert {(r["tag"], r["i"]) for r in records} == {(t, i) for t in range(3) for i in range(150)}
+
+
+def test_reader_names_file_and_line_of_bad_or_newer_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"schema_version": 1}\n{"schema_version": 2}\n')
+    with pytest.raises(VaememError, match=r"m.jsonl:2: schema_version 2 is newer"):
+        list(iter_records([path]))
+    path.write_text('{"schema_version": 1}\n{"schema_ver')
+    with pytest.raises(VaememError, match=r"m.jsonl:2: truncated line"):
+        list(iter_records([path]))
+    path.write_text('{"schema_version": 1}\nnot json\n{"no": 1}\n')
+    with pytest.raises(VaememError, match=r"m.jsonl:2: malformed JSON"):
+        list(iter_records([path]))
+    bad: list = []
+    assert len(list(iter_records([path], skip_bad=True, bad=bad))) == 1
+    assert [b.line for b in bad] == [2, 3]
+
+
+# ---- the runner (fake launcher) --------------------------------------------------------------------------------
+
+def _pts(*sizes, model="tiny-kl"):
+    return [validate(Point(model, "decode", "fp32", s, s)) for s in sizes]
+
+
+def test_runner_writes_every_run_and_resumes(tmp_path):
+    out = tmp_path / "r.jsonl"
+    fake = FakeLauncher()
+    recs = measure(_pts(64, 128), out, rig="r", runs=2, launcher_factory=lambda n: fake)
+    assert [(r["width"], r["run"]) for r in recs] == [(64, 0), (128, 0), (64, 1), (128, 1)]
+    assert recs[0]["demand_bytes"] == 64 * 64 * 100 and recs[0]["schema_version"] == 1
+    assert len(out.read_text().splitlines()) == 4
+    assert measure(_pts(64, 128), out, rig="r", runs=2, launcher_factory=lambda n: fake) == []  # resume
+    assert len(measure(_pts(64, 128), out, rig="r", runs=3, launcher_factory=lambda n: fake)) == 2
+    assert len(measure(_pts(64), out, rig="other", runs=1, launcher_factory=lambda n: fake)) == 1  # other rig
+    assert len(measure(_pts(64), out, rig="r", runs=1, force=True, launcher_factory=lambda n: fake)) == 1
+    assert recorded_runs(out, "r") == {(p.key, r) for p in _pts(64, 128) for r in range(3)}
+
+
+def test_failures_are_records_and_larger_points_are_skipped_after_oom(tmp_path):
+    pts = _pts(64, 96, 128, 160)
+    fake = FakeLauncher(fail={pts[0].key: "crash", pts[1].key: "oom", pts[3].key: "timeout"})
+    recs = measure(pts, tmp_path / "r.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake)
+    assert [r["status"] for r in recs] == ["crash", "oom", "skipped-after-oom", "skipped-after-oom"]
+    assert recs[0]["exit_code"] == -11 and "Segmentation" in recs[0]["stderr_tail"]
+    assert [p.width for p in fake.ran] == [64, 96]
+    recs = measure(_pts(64), tmp_path / "t.jsonl", rig="r", runs=1,
+                   launcher_factory=lambda n: FakeLauncher(fail={pts[0].key: "timeout"}))
+    assert recs[0]["status"] == "timeout"
+
+
+def test_devices_run_one_point_per_gpu_and_keep_keys(tmp_path):
+    pts = [validate(Point("tiny-kl", "decode", "fp32", s, s, allocator="native", device="cuda")) for s in (64, 128, 256)]
+    made: list[FakeLauncher] = []
+
+    def factory(name):
+        made.append(FakeLauncher())
+        return made[-1]
+
+    recs = measure(pts, tmp_path / "g.jsonl", rig="g", runs=2, devices=[0, 1], launcher_factory=factory)
+    assert len(recs) == 6 and len(made) == 2
+    assert {r["device"] for r in recs} <= {"cuda:0", "cuda:1"}
+    assert sorted(p.device for f in made for p in f.ran) and all(
+        len({p.device for p in f.ran}) == 1 for f in made if f.ran)  # each launcher stays on its GPU
+    assert recorded_runs(tmp_path / "g.jsonl", "g") == {(p.key, r) for p in pts for r in range(2)}
+    with pytest.raises(VaememError, match="cuda points only"):
+        measure(_pts(64), tmp_path / "x.jsonl", rig="g", devices=[0], launcher_factory=factory)
+
+
+def test_load_measurements_flattens_nested_fields(tmp_path):
+    out = tmp_path / "r.jsonl"
+    measure(_pts(64, 128), out, rig="r", runs=1, launcher_factory=lambda n: FakeLauncher())
+    df = load_measurements(tmp_path)
+    assert len(df) == 2 and {"rig.name", "rig.conv_backend", "readings.peak_rss_bytes", "demand_bytes"} <= set(df)
+    assert list(df["source_line"]) == [1, 2]
+
+
+# ---- real fresh processes --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("launcher_cls", [ForkLauncher, SpawnLauncher])
+def test_real_runs_are_fresh_processes(tmp_path, launcher_cls):
+    pts = [validate(Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc-fixed")),
+           validate(Point("tiny-wan", "encode", "bf16", 64, 64, frames=5, allocator="glibc"))]
+    recs = measure(pts, tmp_path / "m.jsonl", rig="t", runs=2, launcher_factory=lambda n: launcher_cls())
+    assert [r["status"] for r in recs] == ["ok"] * 4, [r.get("error") or r.get("stderr_tail") for r in recs]
+    assert len({r["pid"] for r in recs}) == 4 and os.getpid() not in {r["pid"] for r in recs}
+    for r in recs:
+        assert r["demand_bytes"] > 1 * MIB and r["output_finite"] and r["rig"]["backend"] == "cpu"
+        assert r["launcher"] == launcher_cls.name
+    fixed = [r for r in recs if r["allocator"] == "glibc-fixed"]
+    assert fixed[0]["rig"]["allocator_env_seen"] == allocators.GLIBC_FIXED
+    assert [r for r in recs if r["allocator"] == "glibc"][0]["rig"]["allocator_env_seen"] == {}
+
+
+def _kill_worker_after(delay_s: float, sig: int) -> threading.Thread:
+    def killer():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = [p for p in descendants(os.getpid())
+                       if b"vaemem.measuring.forkserver" not in Path(f"/proc/{p}/cmdline").read_bytes()
+                       or Path(f"/proc/{p}/stat").read_text().split()[3] != str(os.getpid())]
+            leaves = [p for p in workers if not descendants(p)]
+            if leaves:
+                time.sleep(delay_s)
+                for p in leaves:
+                    os.kill(p, sig)
+                return
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("launcher_cls", [ForkLauncher, SpawnLauncher])
+def test_worker_killed_mid_run_is_recorded_and_sweep_goes_on(tmp_path, launcher_cls):
+    big = validate(Point("sd15", "decode", "fp32", 1024, 1024))  # minutes on this CPU: certain to be mid-run
+    small = validate(Point("tiny-kl", "decode", "fp32", 64, 64))
+    launch = launcher_cls()
+    if isinstance(launch, ForkLauncher):
+        launch._helper("glibc")  # start the helper first so only the worker is a leaf to kill
+    killer = _kill_worker_after(1.0, signal.SIGTERM)
+    recs = measure([big, small], tmp_path / "k.jsonl", rig="t", runs=1, launcher_factory=lambda n: launch)
+    killer.join()
+    assert recs[0]["status"] == "crash" and recs[0]["exit_code"] == -signal.SIGTERM
+    assert recs[1]["status"] == "ok"
+
+
+def test_worker_past_its_timeout_is_killed_and_recorded(tmp_path):
+    big = validate(Point("sd15", "decode", "fp32", 1024, 1024))
+    t0 = time.monotonic()
+    recs = measure([big], tmp_path / "t.jsonl", rig="t", runs=1, timeout_s=3, launcher="fork")
+    assert recs[0]["status"] == "timeout" and recs[0]["exit_code"] == -signal.SIGKILL
+    assert time.monotonic() - t0 < 60
+    assert json.loads((tmp_path / "t.jsonl").read_text())["status"] == "timeout"

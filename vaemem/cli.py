@@ -1,0 +1,258 @@
+"""The command line: parse, call the library, turn VaememError into one line and an exit code.
+
+Heavy imports (torch, diffusers, pandas, scipy, matplotlib) happen inside the commands, so ``vaemem --help`` and
+``vaemem estimate`` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from vaemem.errors import VaememError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Measure, fit and estimate the working memory of VAE decode and encode.")
+
+MIB = 1024 * 1024
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(width=max(console.width, 140))
+    return console
+
+
+def _fail(error: VaememError) -> None:
+    typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(error.exit_code)
+
+
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
+    """List the model zoo: class, parameters, latent channels, spatial/temporal factors, shared architecture."""
+    from vaemem.models.build import count_parameters
+    from vaemem.models.zoo import registry
+
+    rows = []
+    for name, spec in registry().items():
+        rows.append({"name": name, "class": spec.class_name, "parameters": count_parameters(name),
+                     "latent_channels": spec.latent_channels, "spatial_factor": spec.spatial_factor,
+                     "temporal_factor": spec.temporal_factor, "ops": list(spec.ops),
+                     "shares_architecture_with": spec.architecture if spec.architecture != name else None})
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    from rich.table import Table
+
+    table = Table("name", "class", "parameters", "latent ch", "spatial", "temporal", "ops", "shares")
+    for r in rows:
+        table.add_row(r["name"], r["class"], f"{r['parameters']:,}", str(r["latent_channels"]),
+                      str(r["spatial_factor"]), str(r["temporal_factor"] or "-"), ",".join(r["ops"]),
+                      r["shares_architecture_with"] or "")
+    _console().print(table)
+
+
+@app.command()
+def measure(
+    model: list[str] = typer.Option([], "--model", "-m", help="zoo model name (repeatable)"),
+    op: list[str] = typer.Option([], "--op", help="decode or encode (repeatable)"),
+    dtype: list[str] = typer.Option([], "--dtype", help="fp16, bf16 or fp32 (repeatable)"),
+    res: list[str] = typer.Option([], "--res", help="WIDTH or WIDTHxHEIGHT in pixels (repeatable)"),
+    batch: list[int] = typer.Option([], "--batch", help="batch size (repeatable, default 1)"),
+    frames: list[int] = typer.Option([], "--frames", help="frames for video models (repeatable, default 17)"),
+    tile: list[int] = typer.Option([], "--tile", help="square tile side in px for tiled decode/encode (repeatable)"),
+    allocator: list[str] = typer.Option([], "--allocator", help="native, cudaMallocAsync, expandable, "
+                                        "expandable-off (GPU); glibc, glibc-fixed (CPU). Repeatable"),
+    sweep: Optional[Path] = typer.Option(None, "--sweep", help="a sweep file (TOML or JSON) instead of grid options"),
+    runs: int = typer.Option(2, help="fresh-process runs per point"),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps, xpu"),
+    launcher: Optional[str] = typer.Option(None, help="fork (default on Linux) or spawn"),
+    timeout: float = typer.Option(900.0, help="seconds before a run is killed and recorded as timeout"),
+    shard_spec: Optional[str] = typer.Option(None, "--shard", help="K/N: run the stable K-th of N of the grid"),
+    devices: Optional[str] = typer.Option(None, help="GPU indices, e.g. 0,1: one point per GPU at a time"),
+    rig: Optional[str] = typer.Option(None, help="rig name (default <hostname>-<device type>)"),
+    out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/<rig>.jsonl)"),
+    force: bool = typer.Option(False, help="re-run runs already recorded for this rig"),
+    as_json: bool = typer.Option(False, "--json", help="print the new records as JSON instead of a table"),
+) -> None:
+    """Measure the working memory of each point, one fresh process per run, appending to a JSON Lines file."""
+    from vaemem.measuring import point as pt
+    from vaemem.measuring.launcher import default_launcher
+    from vaemem.measuring.rig import default_rig_name
+    from vaemem.measuring.sweepfile import load_sweep
+
+    try:
+        if sweep is not None:
+            if model or op or dtype or res:
+                raise VaememError("give either --sweep or grid options (--model/--op/--dtype/--res), not both")
+            sw = load_sweep(sweep, device)
+            points, runs = sw.points, sw.runs if runs == 2 else runs
+        else:
+            points = pt.build_grid(model, op, dtype, res, batch or None, frames or None,
+                                   list(tile) or None, allocator or None, device)
+        if shard_spec:
+            points = pt.shard(points, *pt.parse_shard(shard_spec))
+        gpu_list = _parse_devices(devices)
+        rig_name = rig or default_rig_name(device)
+        out_path = out or Path("measurements") / f"{rig_name}.jsonl"
+        _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force, gpu_list,
+                   as_json)
+    except VaememError as e:
+        _fail(e)
+
+
+def _parse_devices(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        found = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise VaememError(f"bad --devices {text!r}: write GPU indices like 0,1") from None
+    if any(d < 0 for d in found) or len(set(found)) != len(found):
+        raise VaememError(f"bad --devices {text!r}: distinct non-negative GPU indices, like 0,1")
+    return found
+
+
+def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, timeout: float, force: bool,
+               devices: list[int] | None, as_json: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from vaemem.measuring.runner import measure as run_measure, plan, recorded_runs
+    from vaemem.report.tables import sweep_table
+
+    todo = len(plan(points, runs, set() if force else recorded_runs(out, rig), force))
+    console = _console()
+    if todo == 0:
+        console.print(f"nothing to do: all {len(points)} points x {runs} runs are already in {out} (--force re-runs)")
+        return
+    records: list[dict] = []
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn()]
+    try:
+        with Progress(*columns, console=console, transient=as_json, disable=as_json) as bar:
+            task = bar.add_task("measuring", total=todo)
+
+            def on_record(r: dict) -> None:
+                records.append(r)
+                bar.update(task, advance=1, description=f"{r['point_key']} run {r['run']}: {r['status']}")
+
+            run_measure(points, out, rig=rig, runs=runs, launcher=launcher, timeout_s=timeout, force=force,
+                        devices=devices, on_record=on_record)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {len(records)} runs kept in {out}", err=True)
+        raise typer.Exit(130)
+    if as_json:
+        typer.echo(json.dumps(records, indent=1, sort_keys=True))
+    else:
+        console.print(sweep_table(records))
+        console.print(f"{len(records)} runs appended to {out}")
+
+
+DEFAULT_COEFFICIENTS = Path("fits/coefficients.json")
+DEFAULT_EXCEPTIONS = Path("fits/exceptions.json")
+
+
+@app.command()
+def fit(
+    measurements: list[Path] = typer.Option([Path("measurements")], "--measurements",
+                                            help="JSON Lines files or directories of them (repeatable)"),
+    out: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to write (or to check)"),
+    margin: float = typer.Option(0.05, help="safety margin multiplied onto every envelope"),
+    exceptions: Path = typer.Option(DEFAULT_EXCEPTIONS, help="groups allowed past the quality bound, with reasons"),
+    check_only: bool = typer.Option(False, "--check", help="re-derive and fail on any difference from --out"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
+) -> None:
+    """Fit upper-envelope coefficients per group and write the coefficient file atomically."""
+    from vaemem.fit import coefficients as co
+
+    try:
+        data = co.load_dataset(measurements, skip_bad=skip_bad)
+        for bad in data.skipped:
+            typer.echo(f"skipped {bad}", err=True)
+        result = co.fit_dataset(data, margin, co.load_exceptions(exceptions))
+        text = co.dumps(result.document)
+        if result.violations:
+            for v in result.violations:
+                typer.echo(f"over bound: {v}", err=True)
+            raise VaememError(f"{len(result.violations)} points are reserved more than {co.QUALITY_BOUND}x their "
+                              f"demand; fix the data or list the group in {exceptions} with a reason", 1)
+        if check_only:
+            diffs = co.check(out, text)
+            if diffs:
+                for d in diffs:
+                    typer.echo(f"differs: {d}", err=True)
+                raise VaememError(f"{out} is not what the measurements give ({len(diffs)} differences); "
+                                  f"run `vaemem fit` and commit the result", 1)
+            typer.echo(f"{out} is reproducible from {data.runs} runs ({len(result.document['groups'])} groups)")
+            return
+        co.write_atomic(out, text)
+        _console().print(_coefficient_table(result.document))
+        for u in result.document["unfitted"]:
+            typer.echo(f"not fitted: {u['group']}: {u['reason']}")
+        typer.echo(f"wrote {out}: {len(result.document['groups'])} groups from {data.runs} runs")
+    except VaememError as e:
+        _fail(e)
+
+
+def _coefficient_table(doc: dict) -> Any:
+    from rich.table import Table
+
+    table = Table("group", "slope B/px", "base MiB", "points", "runs", "Mpx range", "worst", "median",
+                  title=f"coefficients (margin {doc['margin']:.0%} included)")
+    for g in doc["groups"]:
+        table.add_row(g["group"], f"{g['slope_bytes_per_pixel']:.2f}", f"{g['base_bytes'] / MIB:.0f}",
+                      str(g["n_points"]), str(g["n_runs"]),
+                      f"{g['pixels_min'] / 1e6:.3f}-{g['pixels_max'] / 1e6:.3f}", f"{g['worst_ratio']:.3f}",
+                      f"{g['median_ratio']:.3f}")
+    return table
+
+
+@app.command()
+def diff(
+    old: Path = typer.Argument(..., help="coefficient file before"),
+    new: Path = typer.Argument(..., help="coefficient file after"),
+    res: list[str] = typer.Option(["512", "1024"], "--res", help="resolutions to price (repeatable)"),
+) -> None:
+    """Reservations per group before and after, in MiB, at chosen resolutions (batch 1, one frame, untiled)."""
+    from rich.table import Table
+
+    from vaemem.fit.coefficients import read_coefficients
+    from vaemem.measuring.point import parse_res
+
+    try:
+        a, b = read_coefficients(old), read_coefficients(new)
+        sizes = [parse_res(r) for r in res]
+        ga, gb = ({g["group"]: g for g in d["groups"]} for d in (a, b))
+        table = Table("group", *[f"{w}x{h} before -> after MiB" for w, h in sizes], title=f"{old} -> {new}")
+        for gid in sorted(set(ga) | set(gb)):
+            cells = []
+            for w, h in sizes:
+                price = [(g["slope_bytes_per_pixel"] * w * h + g["base_bytes"]) / MIB if g else None
+                         for g in (ga.get(gid), gb.get(gid))]
+                cells.append(" -> ".join("-" if p is None else f"{p:.0f}" for p in price))
+            table.add_row(gid, *cells)
+        _console().print(table)
+    except VaememError as e:
+        _fail(e)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except VaememError as e:  # errors raised outside a command body (e.g. while parsing)
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

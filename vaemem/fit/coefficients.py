@@ -1,0 +1,300 @@
+"""From measurement files to the coefficient file the estimator reads, and the check that it is reproducible.
+
+Grouping: runs with status ok are grouped by (architecture, op, conv backend, allocator, dtype, OS, tiled). Within
+a group a point is (rig, point key) and counts with the largest demand of its runs. Each group gets an upper
+envelope (:mod:`vaemem.fit.envelope`), multiplied by (1 + margin) and rounded *up* (slope to 0.01 B/px, base to
+1 MiB) so neither rounding nor the margin ever uncovers a point.
+
+The file is deterministic: sorted keys, floats rounded to fixed decimals, no timestamps, so the same measurements
+give the same bytes on any machine, and ``vaemem fit --check`` can compare bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vaemem.errors import VaememError
+from vaemem.fit.envelope import MIB, Line, fit_envelope
+from vaemem.measuring.store import BadLine, dumps_line, expand_paths, iter_records
+
+COEFFICIENTS_SCHEMA_VERSION = 1
+EXCEPTIONS_SCHEMA_VERSION = 1
+GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
+QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
+SLOPE_STEP = 0.01  # bytes per pixel
+BASE_STEP = MIB
+FIT_METHOD = ("upper envelope by linear programme (scipy.optimize.linprog, HiGHS): minimise sum(line/demand) "
+              "subject to line >= demand at every point, slope >= 0, base >= 0; then x (1 + margin), rounded up")
+
+# The one declared rule for platforms with no measured group: the legacy rule of prior-art.md, never less.
+FALLBACK_RULE = {
+    "rule": "legacy",
+    "formula": "H*W*batch*frames * element_size * k[op] (+ 250 MiB for an fp32 decode of an SD/SDXL-family model); "
+               "tiled: the same over one tile (tile^2) times 1.25",
+    "k": {"miopen": {"decode": 3600, "encode": 2750}, "default": {"decode": 2200, "encode": 1100}},
+    "fp32_sd_decode_extra_bytes": 250 * MIB,
+    "tiled_factor": 1.25,
+}
+
+
+def ceil_step(value: float, step: float) -> float:
+    """Round up to a multiple of ``step``; a 1e-9 relative guard keeps solver noise from adding a whole step."""
+    units = math.ceil(round(value / step * (1 - 1e-9), 6))
+    return round(units * step, 10)
+
+
+def group_id(key: dict[str, Any]) -> str:
+    """``sd15/decode/onednn/glibc-fixed/fp32/linux/untiled``: a readable, stable name of a group."""
+    return "/".join(str(key[k]) if k != "tiled" else ("tiled" if key[k] else "untiled") for k in GROUP_KEYS)
+
+
+@dataclass
+class PointDemand:
+    rig: str
+    point_key: str
+    pixels: int
+    tile_pixels: int
+    demand_bytes: int
+    runs: int
+    backend: str
+    sources: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Dataset:
+    groups: dict[str, tuple[dict[str, Any], list[PointDemand]]]
+    digest: str
+    rigs: list[str]
+    runs: int
+    skipped: list[BadLine]
+
+
+def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
+    """Read every measurement under ``paths`` and group the ok runs (see module docstring)."""
+    from vaemem.models.zoo import get_spec
+
+    files = expand_paths(paths)
+    skipped: list[BadLine] = []
+    records = [(p, n, r) for p, n, r in iter_records(files, skip_bad=skip_bad, bad=skipped)]
+    if not records:
+        raise VaememError(f"no measurements in {', '.join(str(p) for p in paths)}")
+    digest = hashlib.sha256(b"".join(sorted(dumps_line(r) for _, _, r in records))).hexdigest()
+    points: dict[tuple[str, str], PointDemand] = {}
+    keys: dict[tuple[str, str], dict[str, Any]] = {}
+    rigs: set[str] = set()
+    n_ok = 0
+    for path, no, r in records:
+        if r.get("status") != "ok":
+            continue
+        try:
+            rig = r["rig"]
+            key = {"architecture": get_spec(r["model"]).architecture, "op": r["op"],
+                   "conv_backend": rig["conv_backend"], "allocator": r["allocator"], "dtype": r["dtype"],
+                   "os": rig["os"], "tiled": r["tile"] is not None}
+            ident = (rig["name"], r["point_key"])
+            demand, pixels = int(r["demand_bytes"]), int(r["pixels"])
+        except (KeyError, TypeError, ValueError, VaememError) as e:
+            bad = BadLine(path, no, f"record lacks a usable field ({e})")
+            if not skip_bad:
+                raise VaememError(str(bad)) from None
+            skipped.append(bad)
+            continue
+        n_ok += 1
+        rigs.add(rig["name"])
+        if ident in keys and keys[ident] != key:
+            raise VaememError(f"{path}:{no}: point {r['point_key']} of rig {rig['name']} disagrees with an earlier "
+                              f"run in key fields ({group_id(keys[ident])} vs {group_id(key)})")
+        keys[ident] = key
+        pd = points.get(ident)
+        if pd is None:
+            pd = points[ident] = PointDemand(rig["name"], r["point_key"], pixels, (r["tile"] or 0) ** 2, demand,
+                                             0, rig.get("backend", "?"))
+        pd.demand_bytes = max(pd.demand_bytes, demand)
+        pd.runs += 1
+        pd.sources.append(f"{path}:{no}")
+    if n_ok == 0:
+        raise VaememError("no run with status ok in the measurements: nothing to fit")
+    groups: dict[str, tuple[dict[str, Any], list[PointDemand]]] = {}
+    for ident, pd in sorted(points.items()):
+        gid = group_id(keys[ident])
+        groups.setdefault(gid, (keys[ident], []))[1].append(pd)
+    for gid, (_, pts) in groups.items():
+        backends = {p.backend for p in pts}
+        if len(backends) > 1:
+            raise VaememError(f"group {gid} mixes device backends {sorted(backends)}: "
+                              f"{pts[0].sources[0]} vs a {sorted(backends)[-1]} run")
+    return Dataset(groups, digest, sorted(rigs), n_ok, skipped)
+
+
+def load_exceptions(path: Path | None) -> dict[str, str]:
+    """Groups allowed past the quality bound: ``{"schema_version": 1, "groups": {group id: reason}}``."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise VaememError(f"{path}: not valid JSON ({e})") from None
+    if data.get("schema_version") != EXCEPTIONS_SCHEMA_VERSION:
+        raise VaememError(f"{path}: schema_version {data.get('schema_version')!r} is not "
+                          f"{EXCEPTIONS_SCHEMA_VERSION}, the one this vaemem reads")
+    groups = data.get("groups", {})
+    if not all(isinstance(v, str) and v.strip() for v in groups.values()):
+        raise VaememError(f"{path}: every exception needs a non-empty reason")
+    return dict(groups)
+
+
+def stored_line(line: Line, margin: float) -> Line:
+    """The line as stored: x (1 + margin), rounded up."""
+    return Line(ceil_step(line.slope * (1 + margin), SLOPE_STEP), ceil_step(line.base * (1 + margin), BASE_STEP),
+                ceil_step(line.tile_slope * (1 + margin), SLOPE_STEP) if line.tile_slope else 0.0)
+
+
+@dataclass
+class FitResult:
+    document: dict[str, Any]
+    violations: list[str]  # points past the quality bound in groups with no exception
+
+
+def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] | None = None) -> FitResult:
+    """Fit every group and build the coefficient document (a dict, ready for :func:`dumps`)."""
+    from vaemem.models.zoo import PARAMETERS, registry
+
+    if not 0 <= margin < 1:
+        raise VaememError(f"margin must be in [0, 1), got {margin}")
+    exceptions = exceptions or {}
+    unknown = set(exceptions) - set(data.groups)
+    if unknown:
+        raise VaememError(f"exceptions name groups with no data: {', '.join(sorted(unknown))}")
+    groups, unfitted, violations = [], [], []
+    for gid, (key, pts) in sorted(data.groups.items()):
+        pixels = [p.pixels for p in pts]
+        if len(set(pixels)) < 2:
+            unfitted.append({**key, "group": gid, "reason": "fewer than 2 distinct pixel counts", "n_points": len(pts)})
+            continue
+        raw = fit_envelope(pixels, [p.demand_bytes for p in pts], [p.tile_pixels for p in pts] if key["tiled"] else None)
+        line = stored_line(raw, margin)
+        ratios = [line(p.pixels, p.tile_pixels) / p.demand_bytes for p in pts]
+        worst = max(ratios)
+        entry = {**key, "group": gid, "slope_bytes_per_pixel": line.slope, "base_bytes": int(line.base),
+                 "n_points": len(pts), "n_runs": sum(p.runs for p in pts), "pixels_min": min(pixels),
+                 "pixels_max": max(pixels), "worst_ratio": round(worst, 4),
+                 "median_ratio": round(statistics.median(ratios), 4)}
+        if key["tiled"]:
+            entry["tile_slope_bytes_per_tile_pixel"] = line.tile_slope
+        if worst > QUALITY_BOUND:
+            if gid in exceptions:
+                entry["exception"] = exceptions[gid]
+            else:
+                violations += [f"{gid}: {p.point_key} on {p.rig} reserved {r:.2f}x its demand "
+                               f"({line(p.pixels, p.tile_pixels) / MIB:.0f} MiB for {p.demand_bytes / MIB:.0f} MiB)"
+                               for p, r in zip(pts, ratios) if r > QUALITY_BOUND]
+        groups.append(entry)
+    reg = registry()
+    archs = {g["architecture"] for g in groups} | {u["architecture"] for u in unfitted}
+    models = {name: {"architecture": s.architecture, "parameters": PARAMETERS[name],
+                     "force_upcast": bool(s.config.get("force_upcast", False)),
+                     "spatial_factor": s.spatial_factor, "temporal_factor": s.temporal_factor,
+                     "family": "sd" if s.class_name == "AutoencoderKL" and s.latent_channels == 4 else s.family}
+              for name, s in reg.items() if s.architecture in archs or not s.tiny}
+    document = {
+        "schema_version": COEFFICIENTS_SCHEMA_VERSION,
+        "fit_method": FIT_METHOD,
+        "margin": margin,
+        "quality_bound": QUALITY_BOUND,
+        "rounding": {"slope_bytes_per_pixel": SLOPE_STEP, "base_bytes": BASE_STEP, "direction": "up"},
+        "pixels": "output pixels x batch x frames for decode, input pixels x batch x frames for encode; tiled "
+                  "groups add tile_slope_bytes_per_tile_pixel x tile^2",
+        "cast_term": "parameters x (run element size - loaded element size) when the run dtype is wider",
+        "measurements_sha256": data.digest,
+        "n_runs": data.runs,
+        "rigs": data.rigs,
+        "fallback": FALLBACK_RULE,
+        "models": models,
+        "groups": groups,
+        "unfitted": unfitted,
+    }
+    return FitResult(document, violations)
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """The canonical text of a coefficient file: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_coefficients(path: Path) -> dict[str, Any]:
+    """A coefficient file, refusing one of an unknown or newer schema."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise VaememError(f"cannot read coefficient file {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise VaememError(f"{path}: not valid JSON ({e})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != COEFFICIENTS_SCHEMA_VERSION:
+        newer = isinstance(version, int) and version > COEFFICIENTS_SCHEMA_VERSION
+        raise VaememError(f"{path}: coefficient schema_version {version!r} is "
+                          f"{'newer than' if newer else 'not'} the one this vaemem reads "
+                          f"({COEFFICIENTS_SCHEMA_VERSION}){'; upgrade vaemem' if newer else ''}")
+    return data
+
+
+def diff_documents(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human-readable differences: top-level fields, then per group (added, removed, changed fields)."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if k in ("groups", "models") or old.get(k) == new.get(k):
+            continue
+        out.append(f"{k}: {json.dumps(old.get(k))[:80]} -> {json.dumps(new.get(k))[:80]}")
+    for section in ("models", "groups"):
+        a = old.get(section, {}) if section == "models" else {g["group"]: g for g in old.get("groups", [])}
+        b = new.get(section, {}) if section == "models" else {g["group"]: g for g in new.get("groups", [])}
+        for gid in sorted(set(a) | set(b)):
+            if gid not in b:
+                out.append(f"{section[:-1]} {gid}: removed")
+            elif gid not in a:
+                out.append(f"{section[:-1]} {gid}: added")
+            elif a[gid] != b[gid]:
+                changed = [f"{f} {a[gid].get(f)} -> {b[gid].get(f)}" for f in sorted(set(a[gid]) | set(b[gid]))
+                           if a[gid].get(f) != b[gid].get(f)]
+                out.append(f"{section[:-1]} {gid}: " + "; ".join(changed))
+    return out
+
+
+def check(committed: Path, derived_text: str) -> list[str]:
+    """Differences between the committed file and the derived text; [] when byte-identical."""
+    try:
+        committed_text = committed.read_text()
+    except OSError as e:
+        return [f"cannot read {committed}: {e.strerror}"]
+    if committed_text == derived_text:
+        return []
+    try:
+        diffs = diff_documents(json.loads(committed_text), json.loads(derived_text))
+    except ValueError:
+        diffs = []
+    return diffs or ["the files differ in formatting only (hand-edited?): regenerate with vaemem fit"]

@@ -1,0 +1,69 @@
+"""The upper-envelope fit: the tightest line that no measured point lies above.
+
+Model: ``demand(pixels) <= slope * pixels + tile_slope * tile_pixels + base``, with slope, tile_slope, base >= 0.
+
+Objective: among all lines on or above every point, minimise the total *relative* over-reservation
+``sum_i line(x_i) / demand_i``. Why relative: a reservation is judged as a ratio to what was needed (a 100 MiB
+over-reservation is waste at 300 MiB and noise at 10 GiB), so every point counts by its ratio, not by its bytes;
+minimising absolute area instead would let the largest resolutions dictate the line and overcharge small ones.
+Because the objective and the constraints are linear in (slope, tile_slope, base), this is a linear programme;
+``scipy.optimize.linprog`` with HiGHS solves it exactly. Its optimum lies on a vertex: the line touches at least
+as many points as it has free terms (two points, or one point and a zero term).
+
+Units: the programme is solved in megapixels and MiB (well-conditioned) and reported in bytes and pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vaemem.errors import VaememError
+
+MIB = 1024 * 1024
+MPX = 1_000_000
+
+
+@dataclass(frozen=True)
+class Line:
+    """``slope`` bytes per pixel, ``tile_slope`` bytes per tile pixel, ``base`` bytes."""
+
+    slope: float
+    base: float
+    tile_slope: float = 0.0
+
+    def __call__(self, pixels: float, tile_pixels: float = 0.0) -> float:
+        return self.slope * pixels + self.tile_slope * tile_pixels + self.base
+
+
+def fit_envelope(pixels: Sequence[float], demand: Sequence[float],
+                 tile_pixels: Sequence[float] | None = None) -> Line:
+    """Fit the upper envelope of (pixels, demand bytes) points; see the module docstring for the objective.
+
+    ``tile_pixels`` adds a second term for tiled runs (tile side squared). With fewer than two distinct tile sizes
+    that term cannot be told apart from the base, so it is fixed at 0 and the base carries it.
+    Needs at least two distinct pixel counts and positive demands.
+    """
+    import numpy as np
+    from scipy.optimize import linprog
+
+    x = np.asarray(pixels, dtype=float) / MPX
+    y = np.asarray(demand, dtype=float) / MIB
+    if x.shape != y.shape or x.ndim != 1:
+        raise VaememError("pixels and demand must be equal-length sequences")
+    if len(np.unique(x)) < 2:
+        raise VaememError("an envelope needs at least two distinct pixel counts")
+    if (y <= 0).any() or (x <= 0).any():
+        raise VaememError("pixels and demand must be positive")
+    t = np.zeros_like(x) if tile_pixels is None else np.asarray(tile_pixels, dtype=float) / MPX
+    use_tile = len(np.unique(t)) >= 2
+    columns = [x, t, np.ones_like(x)] if use_tile else [x, np.ones_like(x)]
+    a = np.stack(columns, axis=1)
+    cost = (a / y[:, None]).sum(axis=0)  # sum_i line(x_i) / y_i, linear in the coefficients
+    res = linprog(cost, A_ub=-a, b_ub=-y, bounds=[(0, None)] * a.shape[1], method="highs")
+    if res.status != 0:
+        raise VaememError(f"envelope fit failed: {res.message}")
+    coef = res.x
+    slope, base = coef[0] * MIB / MPX, coef[-1] * MIB
+    tile_slope = coef[1] * MIB / MPX if use_tile else 0.0
+    return Line(float(slope), float(base), float(tile_slope))

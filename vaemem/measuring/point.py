@@ -1,0 +1,170 @@
+"""A point: the identity of one measurement, kept apart from its data (like torch.utils.benchmark's TaskSpec).
+
+Everything here is pure Python: points are validated in the parent before any process starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from vaemem.errors import VaememError
+from vaemem.models.zoo import get_spec
+
+OPS = ("decode", "encode")
+DTYPES = ("fp16", "bf16", "fp32")
+GPU_ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off")
+CPU_ALLOCATORS = ("glibc", "glibc-fixed")
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    """One (model, op, dtype, size, batch, frames, tile, allocator, device) to measure.
+
+    ``width``/``height`` are pixels of the image (decode output, encode input); ``frames`` is 1 for image
+    models; ``tile`` is the square tile side in pixels for diffusers' tiled decode/encode, or None.
+    """
+
+    model: str
+    op: str
+    dtype: str
+    width: int
+    height: int
+    batch: int = 1
+    frames: int = 1
+    tile: int | None = None
+    allocator: str = "glibc"
+    device: str = "cpu"
+
+    @property
+    def pixels(self) -> int:
+        """Pixels the op touches: width x height x batch x frames."""
+        return self.width * self.height * self.batch * self.frames
+
+    @property
+    def device_type(self) -> str:
+        return self.device.split(":")[0]
+
+    @property
+    def key(self) -> str:
+        """Stable identity used for resume and sharding. The device index is left out on purpose: on a rig
+        with several equal GPUs a point is the same point whichever GPU ran it."""
+        tile = self.tile or 0
+        return (
+            f"{self.model}/{self.op}/{self.dtype}/{self.width}x{self.height}/b{self.batch}/f{self.frames}"
+            f"/t{tile}/{self.allocator}/{self.device_type}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Point:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+def default_allocator(device: str) -> str:
+    return "glibc" if device.split(":")[0] == "cpu" else "native"
+
+
+def parse_res(text: str) -> tuple[int, int]:
+    """'512' -> (512, 512); '768x448' -> (768, 448) as (width, height)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", text)
+    if not m:
+        raise VaememError(f"bad resolution {text!r}: write WIDTH or WIDTHxHEIGHT in pixels, e.g. 512 or 768x448")
+    w = int(m.group(1))
+    return w, int(m.group(2)) if m.group(2) else w
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' with 1 <= K <= N -> (K, N)."""
+    m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not m or not (1 <= int(m.group(1)) <= int(m.group(2))):
+        raise VaememError(f"bad shard {text!r}: write K/N with 1 <= K <= N, e.g. 2/4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def validate(p: Point) -> Point:
+    """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
+    spec = get_spec(p.model)
+    if p.op not in OPS:
+        raise VaememError(f"unknown op {p.op!r}; choose one of: {', '.join(OPS)}")
+    if p.op not in spec.ops:
+        raise VaememError(f"{p.model} supports only {', '.join(spec.ops)} (its decoder is a ViT, out of scope)")
+    if p.dtype not in DTYPES:
+        raise VaememError(f"unknown dtype {p.dtype!r}; choose one of: {', '.join(DTYPES)}")
+    if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
+        raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
+    for name in ("width", "height", "batch", "frames"):
+        value = getattr(p, name)
+        if not isinstance(value, int) or value <= 0:
+            raise VaememError(f"{name} must be a positive integer, got {value!r}")
+    f = spec.spatial_factor
+    if p.width % f or p.height % f:
+        raise VaememError(f"{p.model} needs width and height in multiples of {f} px, got {p.width}x{p.height}")
+    if spec.is_video:
+        if (p.frames - 1) % spec.temporal_factor:
+            raise VaememError(
+                f"{p.model} is causal: frames must be 1 + {spec.temporal_factor}k (1, 5, 9, 17, ...), got {p.frames}"
+            )
+    elif p.frames != 1:
+        video = ", ".join(n for n, s in _registry_items() if s.is_video)
+        raise VaememError(f"{p.model} is an image model: frames apply only to {video}")
+    if p.tile is not None:
+        if p.tile <= 0 or p.tile % f:
+            raise VaememError(f"tile must be a positive multiple of {f} px for {p.model}, got {p.tile}")
+        if p.tile >= max(p.width, p.height):
+            raise VaememError(f"tile {p.tile} is not smaller than {p.width}x{p.height}: no tiling would happen")
+    allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS
+    if p.allocator not in allowed:
+        raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type}; choose one of: {', '.join(allowed)}")
+    return p
+
+
+def _registry_items() -> list[tuple[str, Any]]:
+    from vaemem.models.zoo import registry
+
+    return list(registry().items())
+
+
+def build_grid(
+    models: list[str],
+    ops: list[str],
+    dtypes: list[str],
+    resolutions: list[str],
+    batches: list[int] | None = None,
+    frames: list[int] | None = None,
+    tiles: list[int | None] | None = None,
+    allocators: list[str] | None = None,
+    device: str = "cpu",
+) -> list[Point]:
+    """Every combination of the options, validated, in a stable order (smallest pixels first within a setting,
+    so an OOM is met before the larger points it makes pointless)."""
+    if not (models and ops and dtypes and resolutions):
+        raise VaememError("a sweep needs at least one --model, --op, --dtype and --res")
+    allocators = allocators or [default_allocator(device)]
+    if frames and not any(get_spec(m).is_video for m in models):
+        validate(Point(models[0], ops[0], dtypes[0], 8, 8, frames=frames[0]))  # raises: frames on an image model
+    points = []
+    for model, op, dtype, res, batch, frame, tile, alloc in itertools.product(
+        models, ops, dtypes, resolutions, batches or [1], frames or [None], tiles or [None], allocators
+    ):
+        w, h = parse_res(res)
+        if not get_spec(model).is_video:
+            frame = 1  # a mixed grid's --frames apply to its video models
+        elif frame is None:
+            frame = 17
+        points.append(validate(Point(model, op, dtype, w, h, batch, frame, tile, alloc, device)))
+    unique = dict.fromkeys(points)  # the same point named twice runs once
+    return sorted(unique, key=lambda p: (p.model, p.op, p.dtype, p.allocator, p.tile or 0, p.batch, p.frames,
+                                         p.pixels, p.width))
+
+
+def shard(points: list[Point], k: int, n: int) -> list[Point]:
+    """The stable K-th of N (1-based) of ``points``: by a hash of each point's key, independent of grid order,
+    so every shard of a scheduler array agrees without talking to the others."""
+    return [p for p in points if int(hashlib.sha256(p.key.encode()).hexdigest(), 16) % n == k - 1]

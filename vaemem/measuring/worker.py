@@ -1,0 +1,114 @@
+"""The worker: measures one point in a fresh process and writes exactly one JSON result (pyperf's contract).
+
+Spawned:  ``python -m vaemem.measuring.worker POINT_JSON RESULT_PATH``
+Forked:   :func:`run_forked` in a child of the fork helper, with the same two arguments.
+
+The result is written atomically (temporary file, then rename): a worker that dies leaves no result at all and
+the parent records the crash. Expected failures (device out of memory, an error raised by the model) are results:
+the worker writes them with a status and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from vaemem.measuring.point import Point
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def write_result(path: str | Path, result: dict[str, Any]) -> None:
+    """Write ``result`` as JSON to ``path`` atomically."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(result, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def measure_point(point: Point, started_s: float) -> dict[str, Any]:
+    """Build the model, take a baseline, run the op once (the first call, as an app's fresh process would) and read
+    the peak. ``started_s`` is ``time.perf_counter()`` when the process (or fork) began, for ``import_s``."""
+    import torch
+
+    from vaemem.measuring.allocators import EXPECTED_BACKEND, seen_allocator_settings
+    from vaemem.measuring.probes import demand_from, make_probe
+    from vaemem.measuring.rig import rig_info
+    from vaemem.models.build import build_model, configure_tiling, input_shape, make_input, run_op
+    from vaemem.models.zoo import get_spec
+
+    import diffusers  # noqa: F401  (imported here so import_s counts it in a spawned worker)
+
+    t_imported = time.perf_counter()
+    spec = get_spec(point.model)
+    probe = make_probe(point.device)
+    rig = rig_info(torch, point.device, point.dtype)
+    rig["allocator_env_seen"] = seen_allocator_settings()
+    result: dict[str, Any] = {"pid": os.getpid(), "rig": rig, "import_s": round(t_imported - started_s, 4)}
+    expected = EXPECTED_BACKEND.get(point.allocator)
+    seen = rig.get("allocator_backend_seen")
+    if expected and seen and seen != expected:
+        return {**result, "status": "error", "error": f"allocator {point.allocator} asked, torch reports {seen}"}
+
+    model = build_model(point.model, point.op, point.device, point.dtype)
+    configure_tiling(model, spec, point.tile)
+    x = make_input(input_shape(spec, point.op, point.width, point.height, point.batch, point.frames),
+                   point.device, point.dtype)
+    t_built = time.perf_counter()
+    result["build_s"] = round(t_built - t_imported, 4)
+
+    probe.start()
+    t0 = time.perf_counter()
+    status, error = "ok", None
+    out = None
+    try:
+        with torch.inference_mode():
+            out = run_op(model, point.op, x)
+    except Exception as e:  # an OOM or a model error is a result, not a crash
+        status = "oom" if any(m in str(e).lower() for m in OOM_MARKERS) else "error"
+        error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+    finally:
+        readings = probe.stop()
+    result["op_wall_s"] = round(time.perf_counter() - t0, 4)
+    result["readings"] = readings
+    demand, deltas = demand_from(readings)
+    result["delta_bytes"] = deltas
+    result["demand_bytes"] = demand if status == "ok" else None
+    result["status"] = status
+    result["error"] = error
+    if out is not None:
+        result["output_shape"] = list(out.shape)
+        result["output_finite"] = bool(torch.isfinite(out).all())
+    return result
+
+
+def run(point_json: str, result_path: str, started_s: float) -> None:
+    """Measure and write the one result. An unexpected exception becomes an ``error`` result with its traceback
+    tail, so the parent can tell a Python failure from a hard crash."""
+    try:
+        point = Point.from_dict(json.loads(point_json))
+        result = measure_point(point, started_s)
+    except Exception as e:
+        tail = traceback.format_exc().strip().splitlines()[-3:]
+        result = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500], "traceback_tail": tail}
+    write_result(result_path, result)
+
+
+def run_forked(point_json: str, result_path: str, late_env: dict[str, str]) -> None:
+    """Entry point of a child forked from the helper: apply the late allocator settings, then run."""
+    os.environ.update(late_env)
+    run(point_json, result_path, time.perf_counter())
+
+
+if __name__ == "__main__":
+    _started = time.perf_counter()
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m vaemem.measuring.worker POINT_JSON RESULT_PATH")
+    run(sys.argv[1], sys.argv[2], _started)

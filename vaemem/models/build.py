@@ -1,0 +1,152 @@
+"""Build a zoo model with random weights on a device, cheaply and reproducibly.
+
+Why random weights are enough: the memory a VAE pass needs is set by tensor shapes, dtypes and the kernels the
+backend picks, none of which depend on the weight values. The values must still stay finite and of ordinary
+size: a NaN or inf would not change the shapes, but it would make drift comparisons (bench-conv3d) meaningless
+and could push fp16 into overflow handling paths. So weights are drawn N(0, 1/fan_in), norm scales are 1 and
+biases 0, which keeps activations O(1) through GroupNorm-ed residual stacks.
+
+Why build on the meta device: the default initialisers (kaiming on 400M parameters) cost seconds per point on
+a CPU and would run again in every fresh process. Parameters are created on ``meta`` (shape only), the half of
+the model the op does not use is dropped, and the rest is allocated on the target device and filled in place
+from a seeded CPU generator (in place, so no freed temporaries sit in the allocator's cache at baseline).
+Buffers are built for real (they are small and some are computed, e.g. rotary frequencies).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from vaemem.models.zoo import ModelSpec, get_spec
+
+DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Register every new nn.Parameter on the meta device; buffers stay real."""
+    original = nn.Module.register_parameter
+
+    def register(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        original(self, name, param)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def _drop_unused_half(model: nn.Module, spec: ModelSpec, op: str) -> None:
+    """Replace the encoder (for decode) or decoder (for encode) by an empty module: it never runs."""
+    unused = ("encoder", "quant_conv") if op == "decode" else ("decoder", "post_quant_conv")
+    for attr in unused:
+        if getattr(model, attr, None) is not None:
+            setattr(model, attr, nn.Module())
+
+
+def _fill_(model: nn.Module, device: torch.device, dtype: torch.dtype, seed: int) -> None:
+    """Allocate every meta parameter on ``device`` in ``dtype`` and fill it in place from a seeded generator."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for module_name, module in model.named_modules():
+        for name, meta in list(module._parameters.items()):
+            if meta is None:
+                continue
+            shape = tuple(meta.shape)
+            host = torch.empty(shape, dtype=dtype, device="cpu")
+            if name.endswith("bias"):
+                host.zero_()
+            elif meta.numel() == (shape[0] if shape else 1):  # per-channel scale (norm weight, RMS gamma)
+                host.fill_(1.0)
+            else:
+                fan_in = math.prod(shape[1:])
+                host.normal_(0.0, 1.0 / math.sqrt(fan_in), generator=gen)
+            tensor = host if device.type == "cpu" else host.to(device)
+            module._parameters[name] = nn.Parameter(tensor, requires_grad=False)
+            del host, tensor
+        for name, buf in list(module._buffers.items()):
+            if buf is not None:
+                module._buffers[name] = buf.to(device=device, dtype=dtype if buf.is_floating_point() else buf.dtype)
+
+
+def build_model(name: str, op: str, device: str | torch.device, dtype: str, seed: int = 0) -> nn.Module:
+    """The zoo model ``name`` ready to run ``op`` on ``device`` in ``dtype`` (fp16|bf16|fp32), in eval mode."""
+    spec = get_spec(name)
+    import diffusers
+
+    cls = getattr(diffusers, spec.class_name)
+    with _parameters_on_meta():
+        model = cls.from_config(spec.config)
+    _drop_unused_half(model, spec, op)
+    _fill_(model, torch.device(device), DTYPES[dtype], seed)
+    return model.eval()
+
+
+def count_parameters(name: str) -> int:
+    """Parameter count of the whole model (both halves), from a meta build: no memory, no initialisers."""
+    spec = get_spec(name)
+    import diffusers
+
+    with _parameters_on_meta():
+        model = getattr(diffusers, spec.class_name).from_config(spec.config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None) -> None:
+    """Turn diffusers' own tiled decode/encode on with square ``tile``-pixel tiles, or off when ``tile`` is None.
+
+    MiniMax-H3 ships with tiling on (256 px), so "no tile" must switch it off explicitly.
+    """
+    if spec.family == "kl":
+        model.use_tiling = tile is not None
+        if tile is not None:
+            model.tile_sample_min_size = tile
+            model.tile_latent_min_size = tile // spec.spatial_factor
+    elif spec.family == "wan":
+        if tile is None:
+            model.use_tiling = False
+        else:
+            stride = max(spec.spatial_factor, (tile * 3 // 4) // spec.spatial_factor * spec.spatial_factor)
+            model.enable_tiling(tile, tile, stride, stride)
+    else:  # minimax
+        model.use_tiling = tile is not None
+        if tile is not None:
+            overlap = max(spec.spatial_factor, (tile // 4) // spec.spatial_factor * spec.spatial_factor)
+            model.tile_sample_min_height = model.tile_sample_min_width = tile
+            model.tile_sample_min_overlap_height = model.tile_sample_min_overlap_width = overlap
+
+
+def input_shape(spec: ModelSpec, op: str, width: int, height: int, batch: int, frames: int) -> tuple[int, ...]:
+    """Shape of the tensor fed to ``op``: pixels (3 channels) for encode, latents for decode."""
+    if op == "encode":
+        spatial: tuple[int, ...] = (height, width)
+        channels = 3
+        time = (frames,) if spec.is_video else ()
+    else:
+        spatial = (height // spec.spatial_factor, width // spec.spatial_factor)
+        channels = spec.latent_channels
+        time = ((frames - 1) // spec.temporal_factor + 1,) if spec.temporal_factor else ()
+    return (batch, channels, *time, *spatial)
+
+
+def make_input(shape: tuple[int, ...], device: str | torch.device, dtype: str, seed: int = 1) -> torch.Tensor:
+    """A seeded N(0, 1) tensor, generated on the CPU so every device sees the same values."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    host = torch.empty(shape, dtype=DTYPES[dtype]).normal_(generator=gen)
+    return host if torch.device(device).type == "cpu" else host.to(device)
+
+
+def run_op(model: nn.Module, op: str, x: torch.Tensor) -> torch.Tensor:
+    """One decode or encode pass; returns the output tensor (decoded sample or latent mean)."""
+    if op == "decode":
+        return model.decode(x).sample
+    out: Any = model.encode(x)
+    return out.latent_dist.mean

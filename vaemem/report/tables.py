@@ -1,0 +1,43 @@
+"""Rich tables of finished sweeps."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+def spread(values: list[float]) -> float | None:
+    """Run-to-run spread of demand: (max - min) / min, or None with fewer than two values."""
+    if len(values) < 2 or min(values) <= 0:
+        return None
+    return (max(values) - min(values)) / min(values)
+
+
+def sweep_table(records: list[dict[str, Any]]) -> Any:
+    """One row per point: runs, statuses, max demand in MiB, run-to-run spread, median op seconds."""
+    from rich.table import Table
+
+    by_point: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_point[r["point_key"]].append(r)
+    table = Table("point", "allocator", "runs", "status", "MiB", "spread", "op s",
+                  title="sweep (MiB: max demand of the runs; spread: (max-min)/min; op s: median)")
+    order = sorted(by_point, key=lambda k: (by_point[k][0]["model"], by_point[k][0]["op"], by_point[k][0]["dtype"],
+                                            by_point[k][0]["allocator"], by_point[k][0]["tile"] or 0,
+                                            by_point[k][0]["batch"], by_point[k][0]["frames"],
+                                            by_point[k][0]["pixels"]))
+    for key in order:
+        rs = by_point[key]
+        p = rs[0]
+        ok = [r["demand_bytes"] / MIB for r in rs if r["status"] == "ok"]
+        secs = [r["op_wall_s"] for r in rs if r.get("op_wall_s") is not None]
+        sp = spread(ok)
+        extra = "".join([f" b{p['batch']}" if p["batch"] > 1 else "", f" f{p['frames']}" if p["frames"] > 1 else "",
+                         f" tile{p['tile']}" if p["tile"] else ""])
+        table.add_row(f"{p['model']} {p['op']} {p['dtype']} {p['width']}x{p['height']}{extra}", p["allocator"],
+                      str(len(rs)), ",".join(sorted({r["status"] for r in rs})), f"{max(ok):.1f}" if ok else "-",
+                      f"{sp:.1%}" if sp is not None else "-", f"{statistics.median(secs):.2f}" if secs else "-")
+    return table
