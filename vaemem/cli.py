@@ -126,9 +126,10 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from vaemem.measuring.runner import measure as run_measure, plan, recorded_runs
+    from vaemem.measuring.runner import check_options, measure as run_measure, plan, recorded_runs
     from vaemem.report.tables import sweep_table
 
+    check_options(points, runs, launcher, timeout, devices)
     todo = len(plan(points, runs, set() if force else recorded_runs(out, rig), force))
     console = _console()
     if todo == 0:
@@ -243,6 +244,111 @@ def diff(
         _console().print(table)
     except VaememError as e:
         _fail(e)
+
+
+def _this_machine() -> tuple[str, str]:
+    """(conv backend, allocator) of this machine, for estimate's defaults. Imports torch: only when asked."""
+    import torch
+
+    from vaemem import estimate as est
+    from vaemem.measuring.rig import backend_of
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    conv = backend_of(torch, device)[1]
+    return conv, est.detect_allocator(conv)
+
+
+@app.command(name="estimate")
+def estimate_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="zoo model name"),
+    op: str = typer.Option(..., help="decode or encode"),
+    res: str = typer.Option(..., help="WIDTH or WIDTHxHEIGHT in pixels"),
+    dtype: str = typer.Option(..., help="dtype the VAE runs in: fp16, bf16, fp32"),
+    loaded_dtype: Optional[str] = typer.Option(None, help="dtype the weights were loaded in (adds the cast term)"),
+    backend: Optional[str] = typer.Option(None, help="conv backend: cudnn, miopen, onednn, aten, mps, xpu "
+                                          "(default: this machine's)"),
+    allocator: Optional[str] = typer.Option(None, help="allocator key (default: this process's environment)"),
+    os_: Optional[str] = typer.Option(None, "--os", help="linux, windows, darwin (default: this machine's)"),
+    batch: int = typer.Option(1), frames: int = typer.Option(1), tile: Optional[int] = typer.Option(None),
+    coefficients: Optional[Path] = typer.Option(None, help="coefficient file (default fits/coefficients.json)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Price one decode or encode from the coefficient file, in MiB, with the reasoning."""
+    from vaemem import estimate as est
+    from vaemem.measuring.point import parse_res
+    from vaemem.measuring.rig import os_name
+
+    try:
+        w, h = parse_res(res)
+        if backend is None or allocator is None:
+            conv, alloc = _this_machine()
+            backend, allocator = backend or conv, allocator or alloc
+        e = est.explain(model, op, w, h, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                        allocator=allocator, os=os_ or os_name(), batch=batch, frames=frames, tile=tile,
+                        coefficients=coefficients)
+    except ValueError as err:
+        _fail(VaememError(str(err)))
+    except VaememError as err:
+        _fail(err)
+    if as_json:
+        typer.echo(json.dumps(e.to_dict(), indent=1, sort_keys=True))
+        return
+    typer.echo(f"{e.bytes / MIB:.0f} MiB for {model} {op} {w}x{h} {dtype} ({e.source}: {e.reason})")
+    typer.echo(f"  group {e.group or '-'}; envelope {e.envelope_bytes / MIB:.0f} MiB, cast {e.cast_bytes / MIB:.0f} "
+               f"MiB, legacy floor {e.floor_bytes / MIB:.0f} MiB, {e.pixels:,} pixels")
+
+
+def _load_fit(measurements: list[Path], coefficients: Path) -> tuple[Any, dict]:
+    from vaemem.fit.coefficients import load_dataset, read_coefficients
+
+    return load_dataset(measurements), read_coefficients(coefficients)
+
+
+@app.command()
+def report(
+    measurements: list[Path] = typer.Option([Path("measurements")], "--measurements", help="files or directories"),
+    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to judge"),
+    fmt: str = typer.Option("table", "--format", help="table, markdown or json"),
+) -> None:
+    """Reservation / measured demand for the fitted coefficients (in-sample and held out), the legacy rule and
+    the other app's rule: per group and overall."""
+    from vaemem.report import accuracy
+
+    try:
+        if fmt not in ("table", "markdown", "json"):
+            raise VaememError(f"unknown --format {fmt!r}; choose one of: table, markdown, json")
+        data, coef = _load_fit(measurements, coefficients)
+        summary = accuracy.summarize(accuracy.point_ratios(data, coef))
+    except VaememError as e:
+        _fail(e)
+    if fmt == "json":
+        typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+    elif fmt == "markdown":
+        typer.echo(accuracy.markdown(summary), nl=False)
+    else:
+        _console().print(accuracy.rich_table(summary))
+
+
+@app.command()
+def plot(
+    measurements: list[Path] = typer.Option([Path("measurements")], "--measurements", help="files or directories"),
+    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file"),
+    out: Path = typer.Option(Path("fits/plots"), help="directory for the PNGs"),
+    group: list[str] = typer.Option([], "--group", help="only these group ids (repeatable)"),
+) -> None:
+    """One PNG per group: demand against megapixels, the fitted envelope, the legacy line and the ratios."""
+    from vaemem.report.plot import plot_groups
+
+    try:
+        data, coef = _load_fit(measurements, coefficients)
+        unknown = set(group) - set(data.groups)
+        if unknown:
+            raise VaememError(f"no such group: {', '.join(sorted(unknown))}")
+        paths = plot_groups(data, coef, out, group or None)
+    except VaememError as e:
+        _fail(e)
+    for p in paths:
+        typer.echo(f"wrote {p}")
 
 
 def main() -> None:

@@ -66,6 +66,8 @@ class PointDemand:
     demand_bytes: int
     runs: int
     backend: str
+    point: dict[str, Any] = field(default_factory=dict)  # model, width, height, batch, frames, tile
+    run_demands: list[int] = field(default_factory=list)  # every ok run, bytes
     sources: list[str] = field(default_factory=list)
 
 
@@ -116,9 +118,11 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         keys[ident] = key
         pd = points.get(ident)
         if pd is None:
+            shape = {k: r[k] for k in ("model", "width", "height", "batch", "frames", "tile")}
             pd = points[ident] = PointDemand(rig["name"], r["point_key"], pixels, (r["tile"] or 0) ** 2, demand,
-                                             0, rig.get("backend", "?"))
+                                             0, rig.get("backend", "?"), shape)
         pd.demand_bytes = max(pd.demand_bytes, demand)
+        pd.run_demands.append(demand)
         pd.runs += 1
         pd.sources.append(f"{path}:{no}")
     if n_ok == 0:

@@ -104,9 +104,22 @@ def _setting(p: Point) -> tuple:
 
 def plan(points: Sequence[Point], runs: int, done: set[tuple[str, int]], force: bool) -> list[Task]:
     """Run-major order (every point once, then every point again) so an interrupted sweep covers all points."""
+    return [Task(p, r) for r in range(runs) for p in points if force or (p.key, r) not in done]
+
+
+def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: float,
+                  devices: Sequence[int] | None) -> None:
+    """Refuse bad sweep options before anything starts."""
+    from vaemem.measuring.launcher import LAUNCHERS
+
     if runs < 1:
         raise VaememError(f"--runs must be at least 1, got {runs}")
-    return [Task(p, r) for r in range(runs) for p in points if force or (p.key, r) not in done]
+    if timeout_s <= 0:
+        raise VaememError(f"--timeout must be positive, got {timeout_s}")
+    if launcher not in LAUNCHERS:
+        raise VaememError(f"unknown launcher {launcher!r}; choose one of: {', '.join(LAUNCHERS)}")
+    if devices and any(p.device_type != "cuda" for p in points):
+        raise VaememError("--devices applies to cuda points only")
 
 
 def measure(
@@ -127,8 +140,7 @@ def measure(
     ``devices`` (GPU indices) runs one point per GPU at a time, the point's device rewritten to ``cuda:N``.
     ``on_record`` is called after each record is safely on disk (the progress bar hooks in here).
     """
-    if timeout_s <= 0:
-        raise VaememError(f"--timeout must be positive, got {timeout_s}")
+    check_options(points, runs, launcher if launcher_factory is make_launcher else "fork", timeout_s, devices)
     out = Path(out)
     tasks = plan(points, runs, recorded_runs(out, rig), force)
     commit = git_commit()
@@ -165,8 +177,6 @@ def measure(
             launch.close()
         return records
 
-    if any(p.device_type != "cuda" for p in points):
-        raise VaememError("--devices applies to cuda points only")
     slots: queue.Queue[tuple[int, Launcher]] = queue.Queue()
     launchers = [(d, launcher_factory(launcher)) for d in devices]
     for slot in launchers:

@@ -1,0 +1,156 @@
+"""The command line through Typer's CliRunner: good paths, and bad input as one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import DATA
+from vaemem.cli import app
+from vaemem.fit import coefficients as co
+
+ROOT = Path(__file__).parent.parent
+TINY = ROOT / "measurements" / "epyc-avx2-2core-tiny.jsonl"
+MIB = 1024 * 1024
+runner = CliRunner()
+
+
+def _err_line(result) -> str:
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["measure", "-m", "nope", "--op", "decode", "--dtype", "fp32", "--res", "64"], "unknown model 'nope'"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64y"], "bad resolution"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "66"], "multiples of 4"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--frames", "5"],
+     "image model"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--allocator", "native"],
+     "glibc, glibc-fixed"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--shard", "3/2"], "bad shard"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--devices", "0,0"],
+     "bad --devices"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--devices", "0"],
+     "cuda points only"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--launcher", "thread"],
+     "unknown launcher"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--runs", "0"],
+     "--runs must be at least 1"),
+    (["measure", "-m", "tiny-kl"], "a sweep needs at least one"),
+    (["measure", "--sweep", "missing.toml"], "cannot read sweep file"),
+    (["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp9", "--backend", "cudnn",
+      "--allocator", "native", "--os", "linux"], "unknown dtype 'fp9'"),
+    (["estimate", "-m", "sdxl", "--op", "decode", "--res", "-5", "--dtype", "fp16", "--backend", "cudnn",
+      "--allocator", "native", "--os", "linux"], "bad resolution"),
+    (["report", "--format", "html"], "unknown --format"),
+    (["fit", "--measurements", "no/such/dir"], "no such measurement file"),
+    (["diff", "no1.json", "no2.json"], "cannot read coefficient file"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in _err_line(result)
+
+
+def test_measure_refuses_to_append_to_a_file_of_a_newer_schema(tmp_path):
+    out = tmp_path / "m.jsonl"
+    out.write_text('{"schema_version": 2, "rig": {"name": "t"}}\n')
+    result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                                 "--rig", "t", "--out", str(out)])
+    assert result.exit_code == 2 and "newer than this vaemem understands" in _err_line(result)
+    assert out.read_text() == '{"schema_version": 2, "rig": {"name": "t"}}\n'  # untouched
+
+
+def test_measure_sweep_file_errors_name_the_grid(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('schema_version = 1\n[[grid]]\nmodels = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\n'
+                     'res = ["64"]\ncolour = ["red"]\n')
+    result = runner.invoke(app, ["measure", "--sweep", str(sweep)])
+    assert result.exit_code == 2 and "grid 1 has unknown keys ['colour']" in _err_line(result)
+    sweep.write_text('schema_version = 2\n')
+    assert "schema_version 2 is not 1" in _err_line(runner.invoke(app, ["measure", "--sweep", str(sweep)]))
+
+
+def test_measure_then_resume_through_the_cli(tmp_path):
+    out = tmp_path / "m.jsonl"
+    args = ["measure", "-m", "tiny-kl", "--op", "encode", "--dtype", "fp32", "--res", "64", "--res", "96x64",
+            "--runs", "1", "--rig", "t", "--out", str(out), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)
+    assert [r["status"] for r in records] == ["ok", "ok"] and len(out.read_text().splitlines()) == 2
+    again = runner.invoke(app, args[:-1])
+    assert again.exit_code == 0 and "nothing to do" in again.output
+
+
+def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
+    shutil.copy(TINY, tmp_path / "m.jsonl")
+    coef = tmp_path / "c.json"
+    base = ["--measurements", str(tmp_path / "m.jsonl"), "--out", str(coef), "--exceptions", str(tmp_path / "none")]
+    assert runner.invoke(app, ["fit", *base]).exit_code == 0
+    ok = runner.invoke(app, ["fit", *base, "--check"])
+    assert ok.exit_code == 0 and "is reproducible" in ok.output
+    doc = json.loads(coef.read_text())
+    doc["groups"][1]["base_bytes"] += MIB
+    coef.write_text(co.dumps(doc))
+    bad = runner.invoke(app, ["fit", *base, "--check"])
+    assert bad.exit_code == 1 and "differs: group" in bad.output and "base_bytes" in bad.output
+    assert "run `vaemem fit`" in bad.output
+
+
+def test_fit_refuses_a_group_over_the_bound_without_writing(tmp_path):
+    lines = [json.loads(l) for l in TINY.read_text().splitlines()]
+    for r in lines:
+        if r["point_key"] == lines[0]["point_key"]:
+            r["demand_bytes"] //= 3  # one tiny-kl decode point now far under the envelope
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "c.json"
+    result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
+                                 "--exceptions", str(tmp_path / "none")])
+    assert result.exit_code == 1 and "over bound: tiny-kl/decode" in result.output and not out.exists()
+
+
+def test_diff_estimate_report_and_plot(tmp_path):
+    shutil.copy(TINY, tmp_path / "m.jsonl")
+    meas = ["--measurements", str(tmp_path / "m.jsonl")]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    runner.invoke(app, ["fit", *meas, "--out", str(a), "--exceptions", str(tmp_path / "none")])
+    runner.invoke(app, ["fit", *meas, "--out", str(b), "--margin", "0.10", "--exceptions", str(tmp_path / "none")])
+    d = runner.invoke(app, ["diff", str(a), str(b), "--res", "512"])
+    assert d.exit_code == 0 and "tiny-kl/decode" in d.output and "->" in d.output
+    e = runner.invoke(app, ["estimate", "-m", "tiny-kl", "--op", "decode", "--res", "512", "--dtype", "fp32",
+                            "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux",
+                            "--coefficients", str(a), "--json"])
+    assert e.exit_code == 0, e.output
+    est = json.loads(e.stdout)
+    g = next(g for g in json.loads(a.read_text())["groups"] if g["group"].startswith("tiny-kl/decode"))
+    assert est["source"] == "exact" and est["bytes"] == int(g["slope_bytes_per_pixel"] * 512 * 512 + g["base_bytes"])
+    r = runner.invoke(app, ["report", *meas, "--coefficients", str(a), "--format", "json"])
+    summary = json.loads(r.stdout)
+    assert summary["overall"]["fitted"]["under"] == 0 and summary["overall"]["fitted"]["max"] <= 1.3
+    md = runner.invoke(app, ["report", *meas, "--coefficients", str(a), "--format", "markdown"]).stdout
+    assert md.startswith("| group |") and "| **all** |" in md
+    p = runner.invoke(app, ["plot", *meas, "--coefficients", str(a), "--out", str(tmp_path / "plots")])
+    pngs = sorted((tmp_path / "plots").glob("*.png"))
+    assert p.exit_code == 0 and len(pngs) == len(json.loads(a.read_text())["groups"])
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert runner.invoke(app, ["plot", *meas, "--coefficients", str(a), "--group", "x/y"]).exit_code == 2
+
+
+def test_help_and_estimate_do_not_import_torch():
+    code = ("import sys; from typer.testing import CliRunner; from vaemem.cli import app; "
+            "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
+            "print('torch' in sys.modules, 'pandas' in sys.modules, 'scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False False"

@@ -1,0 +1,153 @@
+"""How good the reservations are: fitted coefficients, the legacy rule and the other app's rule against measured
+demand, in-sample and held out.
+
+Ratio = reservation / measured demand of a point (the largest of its runs). Below 1 is an under-reservation
+(out-of-memory or spill), far above 1 is waste. Held-out: per group, each distinct pixel count in turn is left
+out, the group is refitted on the rest exactly as ``vaemem fit`` does (envelope, margin, rounding up) and the
+left-out points are priced. Goal for a group with 4 or more pixel counts: no held-out under-reservation, median
+ratio at most 1.10, maximum at most 1.25.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vaemem import estimate
+from vaemem.fit.coefficients import Dataset, PointDemand, stored_line
+from vaemem.fit.envelope import fit_envelope
+
+GOAL_MIN_RESOLUTIONS = 4
+GOAL_MEDIAN = 1.10
+GOAL_MAX = 1.25
+RULES = ("fitted", "held_out", "legacy", "comfy")
+
+
+@dataclass(frozen=True)
+class Stats:
+    n: int
+    under: int
+    min: float
+    median: float
+    max: float
+
+    @classmethod
+    def of(cls, ratios: list[float]) -> Stats | None:
+        if not ratios:
+            return None
+        return cls(len(ratios), sum(r < 1 for r in ratios), round(min(ratios), 4),
+                   round(statistics.median(ratios), 4), round(max(ratios), 4))
+
+
+@dataclass
+class PointRatios:
+    group: str
+    point_key: str
+    rig: str
+    pixels: int
+    demand_bytes: int
+    fitted: float | None
+    held_out: float | None
+    legacy: float
+    comfy: float
+
+
+def _rule_ratios(p: PointDemand, key: dict[str, Any], coef: dict[str, Any]) -> tuple[float, float]:
+    pt = p.point
+    model = coef["models"][pt["model"]]
+    legacy = estimate.legacy_bytes(key["op"], pt["width"], pt["height"], dtype=key["dtype"],
+                                   backend=key["conv_backend"], sd_family=model["family"] == "sd",
+                                   batch=pt["batch"], frames=pt["frames"], tile=pt["tile"])
+    comfy = estimate.comfy_bytes(key["op"], pt["width"], pt["height"], dtype=key["dtype"],
+                                 amd=key["conv_backend"] == "miopen", batch=pt["batch"], frames=pt["frames"])
+    return legacy / p.demand_bytes, comfy / p.demand_bytes
+
+
+def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
+    """Every measured point priced by each rule."""
+    margin = coef["margin"]
+    fitted_groups = {g["group"] for g in coef["groups"]}
+    out = []
+    for gid, (key, pts) in sorted(data.groups.items()):
+        held: dict[str, float] = {}
+        sizes = sorted({p.pixels for p in pts})
+        if len(sizes) >= 3:
+            for left in sizes:
+                train = [p for p in pts if p.pixels != left]
+                line = stored_line(fit_envelope([p.pixels for p in train], [p.demand_bytes for p in train],
+                                                [p.tile_pixels for p in train] if key["tiled"] else None), margin)
+                for p in pts:
+                    if p.pixels == left:
+                        held[p.point_key + p.rig] = line(p.pixels, p.tile_pixels) / p.demand_bytes
+        for p in pts:
+            pt = p.point
+            fitted = None
+            if gid in fitted_groups:
+                fitted = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], dtype=key["dtype"],
+                                          backend=key["conv_backend"], allocator=key["allocator"], os=key["os"],
+                                          batch=pt["batch"], frames=pt["frames"], tile=pt["tile"],
+                                          coefficients=coef).bytes / p.demand_bytes
+            legacy, comfy = _rule_ratios(p, key, coef)
+            out.append(PointRatios(gid, p.point_key, p.rig, p.pixels, p.demand_bytes, fitted,
+                                   held.get(p.point_key + p.rig), legacy, comfy))
+    return out
+
+
+def summarize(rows: list[PointRatios]) -> dict[str, Any]:
+    """Per group and overall: Stats for each rule, and whether the held-out goal is met."""
+    groups: dict[str, list[PointRatios]] = {}
+    for r in rows:
+        groups.setdefault(r.group, []).append(r)
+
+    def block(rs: list[PointRatios]) -> dict[str, Any]:
+        stats = {rule: Stats.of([getattr(r, rule) for r in rs if getattr(r, rule) is not None]) for rule in RULES}
+        return {rule: asdict(s) if s else None for rule, s in stats.items()}
+
+    summary: dict[str, Any] = {"groups": {}, "overall": block(rows), "goal": {
+        "min_resolutions": GOAL_MIN_RESOLUTIONS, "held_out_median_max": GOAL_MEDIAN, "held_out_max_max": GOAL_MAX}}
+    for gid, rs in sorted(groups.items()):
+        b = block(rs)
+        n_res = len({r.pixels for r in rs})
+        h = b["held_out"]
+        if n_res < GOAL_MIN_RESOLUTIONS or h is None:
+            goal = "n/a"
+        else:
+            goal = "met" if (h["under"] == 0 and h["median"] <= GOAL_MEDIAN and h["max"] <= GOAL_MAX) else "missed"
+        summary["groups"][gid] = {**b, "resolutions": n_res, "goal": goal}
+    return summary
+
+
+def _fmt(s: dict[str, Any] | None) -> str:
+    if not s:
+        return "-"
+    return f"{s['under']}/{s['n']} under, {s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The summary as a Markdown table (for the README and fits/REPORT.md)."""
+    head = ("| group | res | fitted | held-out | goal | legacy rule | other app |\n"
+            "|---|---|---|---|---|---|---|\n")
+    lines = [f"| {gid} | {g['resolutions']} | {_fmt(g['fitted'])} | {_fmt(g['held_out'])} | {g['goal']} | "
+             f"{_fmt(g['legacy'])} | {_fmt(g['comfy'])} |" for gid, g in summary["groups"].items()]
+    o = summary["overall"]
+    lines.append(f"| **all** | | {_fmt(o['fitted'])} | {_fmt(o['held_out'])} | | {_fmt(o['legacy'])} | "
+                 f"{_fmt(o['comfy'])} |")
+    note = ("\nEach cell: points under-reserved (ratio < 1) / points, then min / median / max of reservation ÷ "
+            "measured demand. Held-out: each resolution left out of the fit in turn. Goal (groups with "
+            f"{GOAL_MIN_RESOLUTIONS}+ resolutions): no held-out point under 1, median <= {GOAL_MEDIAN}, "
+            f"max <= {GOAL_MAX}.\n")
+    return head + "\n".join(lines) + "\n" + note
+
+
+def rich_table(summary: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table("group", "res", "fitted", "held-out", "goal", "legacy rule", "other app",
+                  title="reservation / measured demand: under/n, min / median / max")
+    for gid, g in summary["groups"].items():
+        table.add_row(gid, str(g["resolutions"]), _fmt(g["fitted"]), _fmt(g["held_out"]), g["goal"],
+                      _fmt(g["legacy"]), _fmt(g["comfy"]))
+    o = summary["overall"]
+    table.add_row("all", "", _fmt(o["fitted"]), _fmt(o["held_out"]), "", _fmt(o["legacy"]), _fmt(o["comfy"]))
+    return table
