@@ -23,7 +23,9 @@ class FakeLauncher(Launcher):
         self.fail = fail or {}
         self.ran: list[Point] = []
 
-    def run(self, point: Point, timeout_s: float) -> RunOutcome:
+    def run(self, task: dict, allocator: str, timeout_s: float) -> RunOutcome:
+        point = Point.from_dict(task["point"])
+        assert task["kind"] == "measure" and allocator == point.allocator
         self.ran.append(point)
         status = self.fail.get(point.key, "ok")
         if status == "crash":

@@ -351,6 +351,46 @@ def plot(
         typer.echo(f"wrote {p}")
 
 
+@app.command(name="bench-conv3d")
+def bench_conv3d(
+    model: str = typer.Option("minimax-h3", "--model", "-m", help="minimax-h3, wan21, wan22, tiny-minimax-h3, tiny-wan"),
+    conv3d: str = typer.Option("both", "--conv3d", help="native, decomposed or both"),
+    method: str = typer.Option("taps", help="decomposition: taps (one conv2d per temporal tap) or stacked"),
+    frames: int = typer.Option(17, help="frames in the chunk (1 + 4k)"),
+    res: str = typer.Option("768x448", help="WIDTHxHEIGHT of the frames"),
+    tiles: str = typer.Option("1x1", help="RxC: encode the frame as R x C spatial tiles"),
+    dtype: str = typer.Option("fp32", help="fp32, fp16-autocast or bf16-autocast"),
+    runs: int = typer.Option(3, help="chunks per path: the first is warm-up, the rest give the steady state"),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N"),
+    rig: Optional[str] = typer.Option(None, help="rig name (default <hostname>-<device type>)"),
+    out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/conv3d/<rig>.jsonl)"),
+    launcher: Optional[str] = typer.Option(None, help="fork (default on Linux) or spawn"),
+    as_json: bool = typer.Option(False, "--json", help="print the records as JSON"),
+) -> None:
+    """Time native conv3d against its conv2d decomposition on a causal video encoder, each in a fresh process."""
+    from vaemem.conv3d import bench as b
+    from vaemem.measuring.launcher import default_launcher
+    from vaemem.measuring.point import parse_res
+    from vaemem.measuring.rig import default_rig_name
+
+    try:
+        w, h = parse_res(res)
+        rc = tiles.lower().split("x")
+        if len(rc) != 2 or not all(v.isdigit() for v in rc):
+            raise VaememError(f"bad --tiles {tiles!r}: write RxC, e.g. 1x2")
+        rig_name = rig or default_rig_name(device)
+        records = b.bench(model, conv3d, method=method, frames=frames, width=w, height=h,
+                          tiles=(int(rc[0]), int(rc[1])), dtype=dtype, runs=runs, device=device,
+                          out=out or Path("measurements/conv3d") / f"{rig_name}.jsonl", rig=rig_name,
+                          launcher=launcher or default_launcher())
+    except VaememError as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps(records, indent=1, sort_keys=True))
+    else:
+        _console().print(b.table(records))
+
+
 def main() -> None:
     """Console entry point."""
     try:

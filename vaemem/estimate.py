@@ -176,7 +176,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     exact = coef["_index"].get(gid)
     if exact is not None:
         env = price(exact)
-        return Estimate(env + cast, "exact", gid, "measured group", env, cast, 0, pixels)
+        reason = "measured group"
+        if pixels > exact.get("pixels_max", pixels):  # honest about extrapolation: the line is only measured so far
+            reason += f", extrapolated to {pixels / exact['pixels_max']:.1f}x its largest measured size"
+        return Estimate(env + cast, "exact", gid, reason, env, cast, 0, pixels)
 
     platform = {k: key[k] for k in ("architecture", "op", "conv_backend", "allocator", "os", "tiled")}
     same_platform = [g for g in coef["groups"] if all(g[k] == v for k, v in platform.items())]

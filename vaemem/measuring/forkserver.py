@@ -1,6 +1,6 @@
 """The fork helper: imports torch and diffusers once, then forks one child per request.
 
-Protocol, one JSON object per line. Parent -> helper: ``{"point", "result_path", "stderr_path", "late_env"}``.
+Protocol, one JSON object per line. Parent -> helper: ``{"task", "result_path", "stderr_path", "late_env"}``.
 Helper -> parent: ``{"ready": true}`` once imported, then per request ``{"pid"}`` right after the fork and
 ``{"pid", "returncode"}`` when the child has exited (negative: killed by that signal).
 
@@ -40,7 +40,7 @@ def main() -> None:
                 fd = os.open(req["stderr_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(fd, 1)  # the child must never write into the protocol pipe
                 os.dup2(fd, 2)
-                worker.run_forked(req["point"], req["result_path"], req["late_env"])
+                worker.run_forked(req["task"], req["result_path"], req["late_env"])
             except BaseException:
                 traceback.print_exc()
                 code = 1

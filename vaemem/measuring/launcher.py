@@ -27,7 +27,6 @@ from typing import IO, Any
 
 from vaemem.errors import VaememError
 from vaemem.measuring.allocators import child_env, clean_env, late_env, startup_env
-from vaemem.measuring.point import Point
 
 LAUNCHERS = ("fork", "spawn")
 STDERR_TAIL_CHARS = 2000
@@ -68,7 +67,9 @@ class Launcher(ABC):
     name: str
 
     @abstractmethod
-    def run(self, point: Point, timeout_s: float) -> RunOutcome: ...
+    def run(self, task: dict[str, Any], allocator: str, timeout_s: float) -> RunOutcome:
+        """Run one worker task (see :mod:`vaemem.measuring.worker`) in a fresh process with ``allocator``'s
+        environment, and return what was seen of it."""
 
     def close(self) -> None:
         """Kill whatever is still running and release helpers."""
@@ -80,15 +81,15 @@ class SpawnLauncher(Launcher):
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def run(self, point: Point, timeout_s: float) -> RunOutcome:
+    def run(self, task: dict[str, Any], allocator: str, timeout_s: float) -> RunOutcome:
         with tempfile.TemporaryDirectory(prefix="vaemem-") as tmp:
             result_path, err_path = Path(tmp, "result.json"), Path(tmp, "stderr.txt")
             t0 = time.perf_counter()
             timed_out = False
             with open(err_path, "wb") as err:
                 self._proc = proc = subprocess.Popen(
-                    [sys.executable, "-m", "vaemem.measuring.worker", json.dumps(point.to_dict()), str(result_path)],
-                    env=child_env(point.allocator), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                    [sys.executable, "-m", "vaemem.measuring.worker", json.dumps(task), str(result_path)],
+                    env=child_env(allocator), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                 )
                 try:
                     rc = proc.wait(timeout=timeout_s)
@@ -182,13 +183,13 @@ class ForkLauncher(Launcher):
             self._helpers[key] = helper
         return helper
 
-    def run(self, point: Point, timeout_s: float) -> RunOutcome:
-        helper = self._helper(point.allocator)
+    def run(self, task: dict[str, Any], allocator: str, timeout_s: float) -> RunOutcome:
+        helper = self._helper(allocator)
         run_dir = Path(tempfile.mkdtemp(dir=self._tmp.name))
         result_path, err_path = run_dir / "result.json", run_dir / "stderr.txt"
         t0 = time.perf_counter()
-        helper.send({"point": json.dumps(point.to_dict()), "result_path": str(result_path),
-                     "stderr_path": str(err_path), "late_env": late_env(point.allocator)})
+        helper.send({"task": json.dumps(task), "result_path": str(result_path),
+                     "stderr_path": str(err_path), "late_env": late_env(allocator)})
         timed_out = False
         try:
             started = helper.reader.readline(timeout_s=60)

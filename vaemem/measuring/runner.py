@@ -165,7 +165,7 @@ def measure(
             finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
                                status="skipped-after-oom", commit=commit))
             return
-        outcome = launch.run(task.point, timeout_s)
+        outcome = launch.run({"kind": "measure", "point": task.point.to_dict()}, task.point.allocator, timeout_s)
         finish(make_record(task, outcome, rig=rig, launcher=launch.name, timeout_s=timeout_s, commit=commit))
 
     if not devices:

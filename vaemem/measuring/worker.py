@@ -1,7 +1,10 @@
-"""The worker: measures one point in a fresh process and writes exactly one JSON result (pyperf's contract).
+"""The worker: runs one task in a fresh process and writes exactly one JSON result (pyperf's contract).
 
-Spawned:  ``python -m vaemem.measuring.worker POINT_JSON RESULT_PATH``
+Spawned:  ``python -m vaemem.measuring.worker TASK_JSON RESULT_PATH``
 Forked:   :func:`run_forked` in a child of the fork helper, with the same two arguments.
+
+A task is ``{"kind": "measure", "point": {...}}`` (one run of a point) or ``{"kind": "conv3d", ...}`` (one path of
+``vaemem bench-conv3d``, see :mod:`vaemem.conv3d.bench`).
 
 The result is written atomically (temporary file, then rename): a worker that dies leaves no result at all and
 the parent records the crash. Expected failures (device out of memory, an error raised by the model) are results:
@@ -89,26 +92,33 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     return result
 
 
-def run(point_json: str, result_path: str, started_s: float) -> None:
-    """Measure and write the one result. An unexpected exception becomes an ``error`` result with its traceback
-    tail, so the parent can tell a Python failure from a hard crash."""
+def run(task_json: str, result_path: str, started_s: float) -> None:
+    """Run the task and write the one result. An unexpected exception becomes an ``error`` result with its
+    traceback tail, so the parent can tell a Python failure from a hard crash."""
     try:
-        point = Point.from_dict(json.loads(point_json))
-        result = measure_point(point, started_s)
+        task = json.loads(task_json)
+        if task["kind"] == "measure":
+            result = measure_point(Point.from_dict(task["point"]), started_s)
+        elif task["kind"] == "conv3d":
+            from vaemem.conv3d.bench import run_path
+
+            result = run_path(task)
+        else:
+            raise ValueError(f"unknown task kind {task['kind']!r}")
     except Exception as e:
         tail = traceback.format_exc().strip().splitlines()[-3:]
         result = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500], "traceback_tail": tail}
     write_result(result_path, result)
 
 
-def run_forked(point_json: str, result_path: str, late_env: dict[str, str]) -> None:
+def run_forked(task_json: str, result_path: str, late_env: dict[str, str]) -> None:
     """Entry point of a child forked from the helper: apply the late allocator settings, then run."""
     os.environ.update(late_env)
-    run(point_json, result_path, time.perf_counter())
+    run(task_json, result_path, time.perf_counter())
 
 
 if __name__ == "__main__":
     _started = time.perf_counter()
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m vaemem.measuring.worker POINT_JSON RESULT_PATH")
+        sys.exit("usage: python -m vaemem.measuring.worker TASK_JSON RESULT_PATH")
     run(sys.argv[1], sys.argv[2], _started)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The complete check to run when a GPU is lent, in under 8 minutes; everything goes under one folder.
+#   scripts/gpu_check.sh [--device cuda:0] [--out DIR]
+# It runs on the CPU too (--device cpu, with tiny models and CPU allocators), which is how CI tests it.
+#   1. the probes on the real device (rig, allocator backends as seen)
+#   2. a short sweep: two models x two allocators x three resolutions, two runs, fork launcher
+#   3. the same first point through the spawn launcher (both launchers must agree)
+#   4. vaemem fit on the sweep, and the report
+#   5. bench-conv3d --conv3d both at one small size
+set -euo pipefail
+device=cuda:0
+out=gpu-check
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) device=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "usage: $0 [--device cpu|cuda:N] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+here=$(cd "$(dirname "$0")/.." && pwd)
+vaemem=${VAEMEM:-$here/.venv/bin/vaemem}
+python=$(dirname "$vaemem")/python
+mkdir -p "$out"
+if [ "${device%%:*}" = cpu ]; then
+  models=(-m tiny-kl -m tiny-wan); allocs=(--allocator glibc --allocator glibc-fixed)
+  res=(--res 64 --res 96x64 --res 128); bench_model=tiny-minimax-h3; bench_res=64; frames=(--frames 5)
+  dtype=fp32  # this CPU has no fast fp16 convolution
+else
+  models=(-m sd15 -m flux1); allocs=(--allocator native --allocator cudaMallocAsync)
+  res=(--res 512 --res 768x512 --res 1024); bench_model=minimax-h3; bench_res=256x256; frames=()
+  dtype=fp16
+fi
+rig=gpu-check-${device%%:*}
+log() { echo "== $*" | tee -a "$out/log.txt"; }
+
+log "probes on $device"
+"$python" - "$device" <<'PY' | tee "$out/probes.json"
+import json, sys, torch
+from vaemem.measuring.probes import make_probe, demand_from
+from vaemem.measuring.rig import rig_info
+device = sys.argv[1]
+probe = make_probe(device)
+probe.start()
+block = torch.ones(256 * 2**20 // 4, device=device)  # 256 MiB: the probe must read about that
+readings = probe.stop()
+print(json.dumps({"rig": rig_info(torch, device), "known_answer_mib": 256,
+                  "read_mib": {k: v / 2**20 for k, v in demand_from(readings)[1].items()}}, indent=1))
+PY
+
+log "sweep (fork)"
+"$vaemem" measure "${models[@]}" --op decode --dtype "$dtype" "${res[@]}" "${frames[@]}" "${allocs[@]}" \
+  --device "$device" --runs 2 --rig "$rig" --out "$out/measurements/$rig.jsonl" --timeout 300 | tee -a "$out/log.txt"
+
+log "one point through spawn"
+"$vaemem" measure "${models[@]:0:2}" --op decode --dtype "$dtype" "${res[@]:0:2}" "${allocs[@]:0:2}" \
+  --device "$device" --runs 2 --rig "$rig-spawn" --launcher spawn --out "$out/measurements/$rig-spawn.jsonl" \
+  --timeout 300 | tee -a "$out/log.txt"
+
+log "fork vs spawn at the shared point"
+"$python" - "$out/measurements" <<'PY' | tee -a "$out/log.txt"
+import sys
+from vaemem.measuring.store import load_measurements
+df = load_measurements(sys.argv[1])
+df = df[df.status == "ok"]
+shared = df[df.point_key.isin(df[df.launcher == "spawn"].point_key)]
+for (key, launcher), g in shared.groupby(["point_key", "launcher"]):
+    print(f"{key} {launcher}: demand MiB {', '.join(f'{d / 2**20:.1f}' for d in g.demand_bytes)}")
+PY
+
+log "fit and report (fork sweep)"
+"$vaemem" fit --measurements "$out/measurements/$rig.jsonl" --out "$out/coefficients.json" \
+  --exceptions "$out/none.json" | tee -a "$out/log.txt" || echo "fit refused (see above)" | tee -a "$out/log.txt"
+if [ -f "$out/coefficients.json" ]; then
+  "$vaemem" report --measurements "$out/measurements/$rig.jsonl" --coefficients "$out/coefficients.json" \
+    --format markdown | tee "$out/REPORT.md"
+fi
+
+log "bench-conv3d both"
+"$vaemem" bench-conv3d -m "$bench_model" --conv3d both --frames 9 --res "$bench_res" --runs 3 --device "$device" \
+  --rig "$rig" --out "$out/conv3d.jsonl" | tee -a "$out/log.txt"
+log "done: $out"

@@ -1,0 +1,176 @@
+"""The conv3d decomposition against F.conv3d, the model patch, and the gate."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vaemem.conv3d.decompose import conv3d_as_conv2d
+from vaemem.conv3d.gate import decide, parse_hip
+from vaemem.conv3d.patch import decomposed_conv3d, patch, unpatch
+from vaemem.errors import VaememError
+from vaemem.models.build import build_model, configure_tiling, input_shape, make_input, run_op
+from vaemem.models.zoo import get_spec
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@settings(max_examples=60, deadline=None)
+@given(b=st.integers(1, 2), c=st.integers(1, 5), o=st.integers(1, 6), t=st.integers(1, 7), h=st.integers(3, 9),
+       w=st.integers(3, 9), kt=st.integers(1, 3), kh=st.sampled_from([1, 3]), kw=st.sampled_from([1, 3]),
+       st_=st.integers(1, 2), sh=st.integers(1, 2), pt=st.integers(0, 1), ph=st.integers(0, 1),
+       use_bias=st.booleans(), method=st.sampled_from(["taps", "stacked"]))
+def test_matches_native_conv3d_fp32(b, c, o, t, h, w, kt, kh, kw, st_, sh, pt, ph, use_bias, method):
+    if t + 2 * pt < kt or h + 2 * ph < kh or w + 2 * ph < kw:
+        return
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, c, t, h, w, generator=g)
+    weight = torch.randn(o, c, kt, kh, kw, generator=g)
+    bias = torch.randn(o, generator=g) if use_bias else None
+    args = dict(stride=(st_, sh, sh), padding=(pt, ph, ph))
+    ref = F.conv3d(x, weight, bias, **args)
+    got = conv3d_as_conv2d(x, weight, bias, method=method, **args)
+    assert got.shape == ref.shape and got.is_contiguous()
+    assert _rel(got, ref) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("method", ["taps", "stacked"])
+def test_matches_native_conv3d_half_precision(dtype, method):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 8, 5, 12, 10, generator=g).to(dtype)
+    weight = (torch.randn(6, 8, 3, 3, 3, generator=g) / 8).to(dtype)
+    bias = torch.randn(6, generator=g).to(dtype)
+    try:
+        ref = F.conv3d(x, weight, bias, padding=(1, 1, 1))
+    except RuntimeError as e:  # pragma: no cover - a CPU build without this dtype's conv3d
+        pytest.skip(f"native {dtype} conv3d unsupported here: {e}")
+    got = conv3d_as_conv2d(x, weight, bias, padding=(1, 1, 1), method=method)
+    assert got.dtype == dtype and _rel(got, ref.float()) < (2e-2 if dtype == torch.bfloat16 else 5e-3)
+
+
+def test_dilation_and_groups_fall_back_with_one_warning():
+    x, weight = torch.randn(1, 4, 5, 6, 6), torch.randn(4, 2, 3, 3, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            got = conv3d_as_conv2d(x, weight, groups=2)
+    assert torch.equal(got, F.conv3d(x, weight, groups=2))
+    assert len([w for w in caught if "groups=2" in str(w.message)]) == 1
+    with pytest.raises(ValueError, match="unknown method"):
+        conv3d_as_conv2d(x, torch.randn(4, 4, 3, 3, 3), method="magic")
+
+
+@pytest.mark.parametrize("name,size", [("tiny-minimax-h3", (64, 48)), ("tiny-wan", (48, 64))])
+@pytest.mark.parametrize("method", ["taps", "stacked"])
+def test_tiny_video_encoders_match_patched_and_unpatched(name, size, method):
+    spec = get_spec(name)
+    model = build_model(name, "encode", "cpu", "fp32")
+    configure_tiling(model, spec, None)
+    x = make_input(input_shape(spec, "encode", size[0], size[1], 1, 9), "cpu", "fp32")
+    with torch.inference_mode():
+        ref = run_op(model, "encode", x)
+        with decomposed_conv3d(model, method) as n:
+            got = run_op(model, "encode", x)
+        again = run_op(model, "encode", x)
+    assert n > 5
+    assert _rel(got, ref) < 1e-5 and torch.isfinite(got).all()
+    assert torch.equal(again, ref)  # restored
+
+
+def test_tiny_wan_decode_matches_patched_non_square():
+    spec = get_spec("tiny-wan")
+    model = build_model("tiny-wan", "decode", "cpu", "fp32")
+    configure_tiling(model, spec, None)
+    z = make_input(input_shape(spec, "decode", 64, 40, 1, 9), "cpu", "fp32")
+    with torch.inference_mode():
+        ref = run_op(model, "decode", z)
+        with decomposed_conv3d(model):
+            got = run_op(model, "decode", z)
+    assert _rel(got, ref) < 1e-5
+
+
+def test_patch_touches_only_causal_conv3d_and_restores():
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
+
+    model = build_model("tiny-wan", "encode", "cpu", "fp32")
+    before = {id(m): dict(m.__dict__) for m in model.modules()}
+    patched = patch(model)
+    assert patched and all(isinstance(m, WanCausalConv3d) and a == "_conv_forward" for m, a in patched)
+    changed = [m for m in model.modules() if m.__dict__.keys() != before[id(m)].keys()]
+    assert set(map(id, changed)) == {id(m) for m, _ in patched}
+    unpatch(patched)
+    assert all(m.__dict__.keys() == before[id(m)].keys() for m in model.modules())
+
+
+@pytest.mark.parametrize("family,hip,env,expected", [
+    ("minimax", "7.2.26015", {}, "decomposed"),
+    ("minimax", "7.1.52802", {}, "decomposed"),
+    ("minimax", None, {}, "native"),
+    ("wan", "7.2.26015", {}, "native"),
+    ("wan", "7.1.52802", {}, "decomposed"),
+    ("wan", "6.4.0", {}, "decomposed"),
+    ("wan", None, {}, "native"),
+    ("kl", "7.1.0", {}, "native"),
+    ("minimax", "7.1.0", {"VAEMEM_CONV3D": "native"}, "native"),
+    ("wan", "7.2.0", {"VAEMEM_CONV3D": "decomposed"}, "decomposed"),
+    ("wan", None, {"VAEMEM_CONV3D": "decomposed"}, "decomposed"),
+    ("wan", "7.1.0", {"VAEMEM_CONV3D": "auto"}, "decomposed"),
+])
+def test_gate(family, hip, env, expected):
+    assert decide(family, hip, env) == expected
+
+
+def test_gate_refuses_bad_override_and_version():
+    with pytest.raises(VaememError, match="choose one of: native, decomposed, auto"):
+        decide("wan", "7.1", {"VAEMEM_CONV3D": "fast"})
+    with pytest.raises(VaememError, match="cannot read HIP version"):
+        parse_hip("rocm")
+
+
+# ---- bench-conv3d ---------------------------------------------------------------------------------------------------
+
+def test_bench_conv3d_both_paths_in_fresh_processes(tmp_path):
+    from typer.testing import CliRunner
+
+    from vaemem.cli import app
+
+    out = tmp_path / "c.jsonl"
+    r = CliRunner().invoke(app, ["bench-conv3d", "-m", "tiny-wan", "--conv3d", "both", "--frames", "5", "--res",
+                                 "64x32", "--tiles", "1x2", "--runs", "2", "--out", str(out), "--rig", "t", "--json"])
+    assert r.exit_code == 0, r.output
+    nat, dec = json.loads(r.stdout)
+    assert (nat["path"], dec["path"], nat["status"], dec["status"]) == ("native", "decomposed", "ok", "ok")
+    assert nat["n_patched_modules"] == 0 and dec["n_patched_modules"] > 5
+    assert nat["conv_gflop_per_chunk"] == dec["conv_gflop_per_chunk"] > 0
+    assert len(nat["all_calls_s"]) == 2 and nat["steady_s_per_chunk"] == nat["all_calls_s"][1]
+    vs = dec["versus_native"]
+    assert vs["all_finite"] and vs["rel_norm"] < 1e-5 and vs["scale_max_abs"] > 0
+    assert vs["speed_ratio"] > 0 and vs["peak_ratio"] > 0
+    assert [json.loads(l)["path"] for l in out.read_text().splitlines()] == ["native", "decomposed"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-m", "sdxl"], "causal video encoders"),
+    (["-m", "tiny-wan", "--conv3d", "fast"], "unknown --conv3d"),
+    (["-m", "tiny-wan", "--method", "im2col"], "unknown --method"),
+    (["-m", "tiny-wan", "--dtype", "fp8"], "unknown --dtype"),
+    (["-m", "tiny-wan", "--frames", "4"], "1 + 4k"),
+    (["-m", "tiny-wan", "--res", "64", "--tiles", "3x1"], "multiples of 8"),
+    (["-m", "tiny-wan", "--tiles", "2"], "bad --tiles"),
+])
+def test_bench_conv3d_bad_input(args, message):
+    from typer.testing import CliRunner
+
+    from vaemem.cli import app
+
+    r = CliRunner().invoke(app, ["bench-conv3d", *args])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output

@@ -1,0 +1,24 @@
+"""scripts/gpu_check.sh runs end to end on the CPU (its GPU run uses the same steps)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_gpu_check_script_on_cpu(tmp_path):
+    out = tmp_path / "gc"
+    env = {"PATH": "/usr/bin:/bin", "VAEMEM": str(Path(sys.executable).parent / "vaemem")}
+    r = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh"), "--device", "cpu", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    probes = json.loads((out / "probes.json").read_text())
+    assert 250 <= probes["read_mib"]["rss"] <= 270  # the 256 MiB known answer
+    assert (out / "coefficients.json").exists() and (out / "REPORT.md").read_text().startswith("| group |")
+    records = [json.loads(l) for l in (out / "conv3d.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok", "ok"] and "versus_native" in records[1]
+    assert "fork: demand MiB" in r.stdout and "spawn: demand MiB" in r.stdout
