@@ -329,3 +329,12 @@ def test_worker_past_its_timeout_is_killed_and_recorded(tmp_path):
     assert recs[0]["status"] == "timeout" and recs[0]["exit_code"] == -signal.SIGKILL
     assert time.monotonic() - t0 < 60
     assert json.loads((tmp_path / "t.jsonl").read_text())["status"] == "timeout"
+
+
+def test_python_api_under_the_cli(tmp_path):
+    import vaemem
+
+    pts = vaemem.grid(["tiny-kl"], ["decode"], ["fp32"], ["64", "96x64"], allocators=["glibc-fixed"])
+    recs = vaemem.measure(pts, tmp_path / "m.jsonl", rig="api", runs=1, launcher_factory=lambda n: FakeLauncher())
+    df = vaemem.load_measurements(tmp_path / "m.jsonl")
+    assert len(recs) == len(df) == 2 and set(df["width"]) == {64, 96}

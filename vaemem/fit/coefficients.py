@@ -251,20 +251,13 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def read_coefficients(path: Path) -> dict[str, Any]:
-    """A coefficient file, refusing one of an unknown or newer schema."""
+    """A coefficient file, refusing one of an unknown or newer schema (the estimator's reader, so both agree)."""
+    from vaemem import estimate
+
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise VaememError(f"cannot read coefficient file {path}: {e.strerror}") from None
+        return estimate.load(path)
     except ValueError as e:
-        raise VaememError(f"{path}: not valid JSON ({e})") from None
-    version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != COEFFICIENTS_SCHEMA_VERSION:
-        newer = isinstance(version, int) and version > COEFFICIENTS_SCHEMA_VERSION
-        raise VaememError(f"{path}: coefficient schema_version {version!r} is "
-                          f"{'newer than' if newer else 'not'} the one this vaemem reads "
-                          f"({COEFFICIENTS_SCHEMA_VERSION}){'; upgrade vaemem' if newer else ''}")
-    return data
+        raise VaememError(str(e)) from None
 
 
 def diff_documents(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
