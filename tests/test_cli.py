@@ -154,3 +154,26 @@ def test_help_and_estimate_do_not_import_torch():
             "print('torch' in sys.modules, 'pandas' in sys.modules, 'scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False False"
+
+
+def test_ctrl_c_keeps_every_finished_run_and_no_partial_line(tmp_path):
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "m.jsonl"
+    vaemem_bin = Path(sys.executable).parent / "vaemem"
+    proc = subprocess.Popen([str(vaemem_bin), "measure", "-m", "tiny-kl", "--op", "decode", "--op", "encode",
+                             "--dtype", "fp32", "--res", "64", "--res", "96x64", "--res", "128", "--runs", "3",
+                             "--rig", "t", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    _, err = proc.communicate(timeout=60)
+    text = out.read_text()
+    kept = len(text.splitlines())
+    assert proc.returncode == 130 and f"interrupted: " in err and "runs kept in" in err
+    assert text.endswith("\n") and all(json.loads(l)["status"] for l in text.splitlines())
+    assert 2 <= kept < 18

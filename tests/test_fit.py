@@ -268,3 +268,24 @@ def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
     (tmp_path / "c.json").write_text('{"schema_version": "1"}')
     with pytest.raises(VaememError, match="not the one this estimator reads"):
         co.read_coefficients(tmp_path / "c.json")
+
+
+def test_report_known_ratios_on_points_exactly_on_a_line(tmp_path):
+    from vaemem.report import accuracy
+
+    sizes = [(64, 64), (128, 64), (128, 128), (256, 128), (256, 256)]
+    recs = [_record(w=w, h=h, demand=1000 * w * h + 100 * MIB) for w, h in sizes]
+    data = co.load_dataset([_write(tmp_path / "m.jsonl", recs)])
+    doc = co.fit_dataset(data, 0.05).document
+    g = doc["groups"][0]
+    assert (g["slope_bytes_per_pixel"], g["base_bytes"]) == (1050.0, 105 * MIB)
+    rows = accuracy.point_ratios(data, doc)
+    assert [r.fitted for r in rows] == pytest.approx([1.05] * 5, abs=1e-9)
+    assert [r.held_out for r in rows] == pytest.approx([1.05] * 5, abs=1e-9)  # the line survives leaving any out
+    # legacy for tiny-kl (an SD-family AutoencoderKL: 4 latent channels) decode fp32: px*4*2200 + 250 MiB
+    rows.sort(key=lambda r: r.pixels)
+    assert [r.legacy for r in rows] == pytest.approx(
+        [(w * h * 4 * 2200 + 250 * MIB) / (1000 * w * h + 100 * MIB) for w, h in sizes])
+    assert [r.comfy for r in rows] == pytest.approx([2178 * w * h * 4 / (1000 * w * h + 100 * MIB) for w, h in sizes])
+    s = accuracy.summarize(rows)["groups"][g["group"]]
+    assert s["goal"] == "met" and s["held_out"]["under"] == 0 and s["fitted"]["median"] == 1.05

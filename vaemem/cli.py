@@ -38,12 +38,11 @@ def _fail(error: VaememError) -> None:
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
     """List the model zoo: class, parameters, latent channels, spatial/temporal factors, shared architecture."""
-    from vaemem.models.build import count_parameters
-    from vaemem.models.zoo import registry
+    from vaemem.models.zoo import PARAMETERS, registry
 
     rows = []
     for name, spec in registry().items():
-        rows.append({"name": name, "class": spec.class_name, "parameters": count_parameters(name),
+        rows.append({"name": name, "class": spec.class_name, "parameters": PARAMETERS[name],
                      "latent_channels": spec.latent_channels, "spatial_factor": spec.spatial_factor,
                      "temporal_factor": spec.temporal_factor, "ops": list(spec.ops),
                      "shares_architecture_with": spec.architecture if spec.architecture != name else None})

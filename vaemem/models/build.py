@@ -30,7 +30,15 @@ DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16,
 
 @contextmanager
 def _parameters_on_meta() -> Iterator[None]:
-    """Register every new nn.Parameter on the meta device; buffers stay real."""
+    """Register every new nn.Parameter on the meta device; buffers stay real.
+
+    Also quiets diffusers' notes about published config keys its classes ignore (flux2's force_upcast, wan22's
+    clip_output): they are expected here and would bury the output of every run.
+    """
+    from diffusers.utils import logging as dlogging
+
+    level = dlogging.get_verbosity()
+    dlogging.set_verbosity_error()
     original = nn.Module.register_parameter
 
     def register(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
@@ -43,6 +51,7 @@ def _parameters_on_meta() -> Iterator[None]:
         yield
     finally:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
+        dlogging.set_verbosity(level)
 
 
 def _drop_unused_half(model: nn.Module, spec: ModelSpec, op: str) -> None:
