@@ -146,6 +146,7 @@ def measure(
     commit = git_commit()
     oom_at: dict[tuple, int] = {}
     lock = threading.Lock()
+    stopping = threading.Event()  # set on Ctrl-C: runs killed by the interrupt are not results
     records: list[dict[str, Any]] = []
 
     def finish(record: dict[str, Any]) -> None:
@@ -166,6 +167,8 @@ def measure(
                                status="skipped-after-oom", commit=commit))
             return
         outcome = launch.run({"kind": "measure", "point": task.point.to_dict()}, task.point.allocator, timeout_s)
+        if stopping.is_set():
+            return
         finish(make_record(task, outcome, rig=rig, launcher=launch.name, timeout_s=timeout_s, commit=commit))
 
     if not devices:
@@ -193,6 +196,9 @@ def measure(
     try:
         for fut in [pool.submit(on_gpu, t) for t in tasks]:
             fut.result()
+    except BaseException:
+        stopping.set()
+        raise
     finally:
         for _, launch in launchers:
             launch.close()
