@@ -25,7 +25,7 @@ def main() -> None:
     ops, dtypes = ["decode", "encode"], ["fp32", "bf16", "fp16"]
     groups = [(m, o, d, a) for m in models for o in ops for d in dtypes for a in allocators][:50]
     lines = []
-    for gi, (model, op, dtype, alloc) in enumerate(groups):
+    for model, op, dtype, alloc in groups:
         slope, base = rng.uniform(500, 5000), rng.uniform(50, 500) * MIB
         for i in range(200):  # 200 points per group, one run each
             w = 8 * rng.randint(32, 256)

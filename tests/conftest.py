@@ -10,7 +10,6 @@ import pytest
 from vaemem.measuring.launcher import Launcher, RunOutcome
 from vaemem.measuring.point import Point
 
-DATA = Path(__file__).parent / "data"
 
 
 class FakeLauncher(Launcher):

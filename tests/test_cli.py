@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import DATA
 from vaemem.cli import app
 from vaemem.fit import coefficients as co
 
@@ -174,6 +173,6 @@ def test_ctrl_c_keeps_every_finished_run_and_no_partial_line(tmp_path):
     _, err = proc.communicate(timeout=60)
     text = out.read_text()
     kept = len(text.splitlines())
-    assert proc.returncode == 130 and f"interrupted: " in err and "runs kept in" in err
+    assert proc.returncode == 130 and "interrupted: " in err and "runs kept in" in err
     assert text.endswith("\n") and all(json.loads(l)["status"] for l in text.splitlines())
     assert 2 <= kept < 18

@@ -149,7 +149,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
                         devices=devices, on_record=on_record)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {len(records)} runs kept in {out}", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
     else:

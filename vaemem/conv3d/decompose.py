@@ -61,20 +61,19 @@ def conv3d_as_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     if pt:
         x = F.pad(x, (0, 0, 0, 0, pt, pt))
     frames = x.transpose(1, 2).contiguous()  # (B, T', C, H, W): every tap below is a view of this one copy
-
-    def tap(k: int) -> torch.Tensor:
-        view = frames[:, k: k + st * (t_out - 1) + 1: st]  # (B, T_out, C, H, W)
-        return view.reshape(b * t_out, c, h, w)
+    # tap k reads frames k, k + sT, ...: a (B, T_out, C, H, W) view, folded into a batch of 2D images
+    taps = [frames[:, k: k + st * (t_out - 1) + 1: st].reshape(b * t_out, c, h, w) for k in range(kt)]
+    del frames  # the views keep the copy alive exactly as long as a tap needs it
 
     if method == "stacked" and kt > 1:
-        stacked = torch.cat([tap(k) for k in range(kt)], dim=1)
+        stacked = torch.cat(taps, dim=1)
         w2 = weight.permute(0, 2, 1, 3, 4).reshape(o, kt * c, kh, kw)
         out = F.conv2d(stacked, w2, bias, (sh, sw), (ph, pw))
         del stacked
     else:
-        out = F.conv2d(tap(0), weight[:, :, 0], bias, (sh, sw), (ph, pw))
+        out = F.conv2d(taps[0], weight[:, :, 0], bias, (sh, sw), (ph, pw))
         for k in range(1, kt):
-            out.add_(F.conv2d(tap(k), weight[:, :, k], None, (sh, sw), (ph, pw)))
-    del frames
+            out.add_(F.conv2d(taps[k], weight[:, :, k], None, (sh, sw), (ph, pw)))
+    del taps
     ho, wo = out.shape[-2:]
     return out.view(b, t_out, o, ho, wo).transpose(1, 2).contiguous()

@@ -17,7 +17,6 @@ import math
 import os
 import statistics
 import tempfile
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -140,7 +140,7 @@ def measure(
     ``devices`` (GPU indices) runs one point per GPU at a time, the point's device rewritten to ``cuda:N``.
     ``on_record`` is called after each record is safely on disk (the progress bar hooks in here).
     """
-    check_options(points, runs, launcher if launcher_factory is make_launcher else "fork", timeout_s, devices)
+    check_options(points, runs, launcher, timeout_s, devices)
     out = Path(out)
     tasks = plan(points, runs, recorded_runs(out, rig), force)
     commit = git_commit()

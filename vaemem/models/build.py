@@ -65,7 +65,7 @@ def _drop_unused_half(model: nn.Module, spec: ModelSpec, op: str) -> None:
 def _fill_(model: nn.Module, device: torch.device, dtype: torch.dtype, seed: int) -> None:
     """Allocate every meta parameter on ``device`` in ``dtype`` and fill it in place from a seeded generator."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    for module_name, module in model.named_modules():
+    for module in model.modules():
         for name, meta in list(module._parameters.items()):
             if meta is None:
                 continue
