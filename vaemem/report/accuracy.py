@@ -126,7 +126,7 @@ def _fmt(s: dict[str, Any] | None) -> str:
 
 def markdown(summary: dict[str, Any]) -> str:
     """The summary as a Markdown table (for the README and fits/REPORT.md)."""
-    head = ("| group | res | fitted | held-out | goal | legacy rule | other app |\n"
+    head = ("| group | sizes | fitted | held-out | goal | legacy rule | other app |\n"
             "|---|---|---|---|---|---|---|\n")
     lines = [f"| {gid} | {g['resolutions']} | {_fmt(g['fitted'])} | {_fmt(g['held_out'])} | {g['goal']} | "
              f"{_fmt(g['legacy'])} | {_fmt(g['comfy'])} |" for gid, g in summary["groups"].items()]
@@ -143,7 +143,7 @@ def markdown(summary: dict[str, Any]) -> str:
 def rich_table(summary: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    table = Table("group", "res", "fitted", "held-out", "goal", "legacy rule", "other app",
+    table = Table("group", "sizes", "fitted", "held-out", "goal", "legacy rule", "other app",
                   title="reservation / measured demand: under/n, min / median / max")
     for gid, g in summary["groups"].items():
         table.add_row(gid, str(g["resolutions"]), _fmt(g["fitted"]), _fmt(g["held_out"]), g["goal"],
