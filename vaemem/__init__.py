@@ -10,26 +10,26 @@ The Python API under the CLI; heavy packages are imported only when a function i
 
 from __future__ import annotations
 
-from typing import Any
+# No imports here: `import vaemem.estimate` runs this file first and must stay light.
 
 __version__ = "0.1.0"
 
 
-def grid(*args: Any, **kwargs: Any) -> Any:
+def grid(*args: object, **kwargs: object) -> object:
     """Validated points of a grid; see :func:`vaemem.measuring.point.build_grid`."""
     from vaemem.measuring.point import build_grid
 
     return build_grid(*args, **kwargs)
 
 
-def measure(points: Any, out: Any, **kwargs: Any) -> Any:
+def measure(points: object, out: object, **kwargs: object) -> object:
     """Measure every run of ``points`` in fresh processes; see :func:`vaemem.measuring.runner.measure`."""
     from vaemem.measuring.runner import measure as _measure
 
     return _measure(points, out, **kwargs)
 
 
-def load_measurements(paths: Any, skip_bad: bool = False) -> Any:
+def load_measurements(paths: object, skip_bad: bool = False) -> object:
     """Measurement files or directories as a pandas DataFrame; see :func:`vaemem.measuring.store.load_measurements`."""
     from vaemem.measuring.store import load_measurements as _load
 

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import json
 import os as _os
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+
+# Kept light on purpose (no dataclasses, typing or pathlib): apps import this on their start-up path.
 
 SCHEMA_VERSION = 1
 MIB = 1024 * 1024
@@ -48,39 +47,49 @@ LEGACY_TILED_FACTOR = 1.25
 COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
 
-_CACHE: dict[str, dict[str, Any]] = {}
+_CACHE: dict = {}
 
 
-@dataclass(frozen=True)
 class Estimate:
-    """A reservation and how it was reached. All sizes in bytes."""
+    """A reservation and how it was reached. All sizes in bytes.
 
-    bytes: int
-    source: str  # "exact" or "fallback"
-    group: str | None  # the group priced (exact), or the measured group the fallback leaned on
-    reason: str
-    envelope_bytes: int  # slope x pixels + base of the group (0 when none was used)
-    cast_bytes: int  # weight-cast growth when the run dtype is wider than the loaded dtype
-    floor_bytes: int  # the legacy rule, when the fallback applied it (0 for exact groups)
-    pixels: int
+    ``source`` is "exact" or "fallback"; ``group`` the group priced (exact) or the measured group the fallback
+    leaned on; ``envelope_bytes`` slope x pixels + base of that group (0 when none); ``cast_bytes`` the weight-cast
+    growth; ``floor_bytes`` the legacy rule when the fallback applied it (0 for exact groups).
+    """
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    __slots__ = ("bytes", "source", "group", "reason", "envelope_bytes", "cast_bytes", "floor_bytes", "pixels")
+
+    def __init__(self, bytes: int, source: str, group: str | None, reason: str, envelope_bytes: int,
+                 cast_bytes: int, floor_bytes: int, pixels: int) -> None:
+        self.bytes, self.source, self.group, self.reason = bytes, source, group, reason
+        self.envelope_bytes, self.cast_bytes, self.floor_bytes, self.pixels = envelope_bytes, cast_bytes, floor_bytes, pixels
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self) -> str:
+        return "Estimate(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
-def default_coefficients_path() -> Path:
+def default_coefficients_path() -> str:
     """``$VAEMEM_COEFFICIENTS``, else ``fits/coefficients.json`` of the checkout this module lives in."""
     env = _os.environ.get("VAEMEM_COEFFICIENTS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "fits" / "coefficients.json"
+    here = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+    return env or _os.path.join(here, "fits", "coefficients.json")
 
 
-def load(path: str | Path | None = None) -> dict[str, Any]:
-    """The coefficient file at ``path`` (read once, then cached); refuses an unknown or newer schema."""
-    p = Path(path) if path is not None else default_coefficients_path()
-    key = str(p.resolve())
-    if key not in _CACHE:
+def load(path: object = None) -> dict:
+    """The coefficient file at ``path`` (read once, then cached by the path as given); refuses an unknown or newer
+    schema."""
+    key = str(path) if path is not None else default_coefficients_path()
+    data = _CACHE.get(key)
+    if data is None:
+        p = key
         try:
-            data = json.loads(p.read_text())
+            with open(p) as f:
+                text = f.read()
+            data = json.loads(text)
         except OSError as e:
             raise ValueError(f"cannot read coefficient file {p}: {e.strerror}") from None
         except ValueError as e:
@@ -93,14 +102,14 @@ def load(path: str | Path | None = None) -> dict[str, Any]:
                              + ("; upgrade vaemem" if newer else ""))
         data["_index"] = {_group_id(g): g for g in data["groups"]}
         _CACHE[key] = data
-    return _CACHE[key]
+    return data
 
 
 def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _group_id(key: dict[str, Any]) -> str:
+def _group_id(key: dict) -> str:
     return "/".join(str(key[k]) if k != "tiled" else ("tiled" if key[k] else "untiled") for k in GROUP_KEYS)
 
 
@@ -134,8 +143,8 @@ def _check_request(op: str, width: int, height: int, dtype: str, loaded_dtype: s
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
-def _check_model(coef: dict[str, Any], model: str, width: int, height: int, frames: int,
-                 tile: int | None) -> dict[str, Any]:
+def _check_model(coef: dict, model: str, width: int, height: int, frames: int,
+                 tile: int | None) -> dict:
     """The model's entry in the file, after the checks that need it."""
     models = coef["models"]
     if model not in models:
@@ -153,7 +162,7 @@ def _check_model(coef: dict[str, Any], model: str, width: int, height: int, fram
 
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
             backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1, tile: int | None = None,
-            coefficients: str | Path | dict[str, Any] | None = None) -> Estimate:
+            coefficients: object = None) -> Estimate:
     """The reservation in bytes for one decode/encode, with its reasoning (see the module docstring)."""
     _check_request(op, width, height, dtype, loaded_dtype, backend, batch, frames)
     coef = coefficients if isinstance(coefficients, dict) else load(coefficients)
@@ -169,7 +178,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if loaded_dtype is not None and ELEMENT_SIZE[dtype] > ELEMENT_SIZE[loaded_dtype]:
         cast = m["parameters"] * (ELEMENT_SIZE[dtype] - ELEMENT_SIZE[loaded_dtype])
 
-    def price(g: dict[str, Any]) -> int:
+    def price(g: dict) -> int:
         return int(g["slope_bytes_per_pixel"] * pixels + g.get("tile_slope_bytes_per_tile_pixel", 0.0) * tile_px
                    + g["base_bytes"])
 
@@ -203,7 +212,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
 
 def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
                          backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1,
-                         tile: int | None = None, coefficients: str | Path | dict[str, Any] | None = None) -> int:
+                         tile: int | None = None, coefficients: object = None) -> int:
     """Bytes to reserve for one VAE ``op`` of ``width`` x ``height`` pixels; see :func:`explain` for the reasoning."""
     return explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                    allocator=allocator, os=os, batch=batch, frames=frames, tile=tile, coefficients=coefficients).bytes
