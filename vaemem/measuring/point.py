@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.models.zoo import get_spec
+from vaemem.models.zoo import get_spec, registry
 
 OPS = ("decode", "encode")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -112,7 +112,7 @@ def validate(p: Point) -> Point:
                 f"{p.model} is causal: frames must be 1 + {spec.temporal_factor}k (1, 5, 9, 17, ...), got {p.frames}"
             )
     elif p.frames != 1:
-        video = ", ".join(n for n, s in _registry_items() if s.is_video)
+        video = ", ".join(n for n, s in registry().items() if s.is_video)
         raise VaememError(f"{p.model} is an image model: frames apply only to {video}")
     if p.tile is not None:
         if p.tile <= 0 or p.tile % f:
@@ -123,12 +123,6 @@ def validate(p: Point) -> Point:
     if p.allocator not in allowed:
         raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type}; choose one of: {', '.join(allowed)}")
     return p
-
-
-def _registry_items() -> list[tuple[str, Any]]:
-    from vaemem.models.zoo import registry
-
-    return list(registry().items())
 
 
 def build_grid(
