@@ -125,31 +125,40 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from vaemem.measuring.runner import check_options, measure as run_measure, plan, recorded_runs
+    from vaemem.measuring.runner import check_options, measure as run_measure
     from vaemem.report.tables import sweep_table
 
-    check_options(points, runs, launcher, timeout, devices)
-    todo = len(plan(points, runs, set() if force else recorded_runs(out, rig), force))
+    check_options(points, runs, launcher, timeout, devices)  # before the bar starts: a bad option is one line
     console = _console()
-    if todo == 0:
-        console.print(f"nothing to do: all {len(points)} points x {runs} runs are already in {out} (--force re-runs)")
-        return
     records: list[dict] = []
+    planned: list[int] = []
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
     try:
-        with Progress(*columns, console=console, transient=as_json, disable=as_json) as bar:
-            task = bar.add_task("measuring", total=todo)
+        bar = Progress(*columns, console=console, transient=as_json, disable=as_json)
+        task = bar.add_task("measuring", total=None)
 
-            def on_record(r: dict) -> None:
-                records.append(r)
-                bar.update(task, advance=1, description=f"{r['point_key']} run {r['run']}: {r['status']}")
+        def on_plan(n: int) -> None:  # the bar appears only once the output file has been read and a run is due
+            planned.append(n)
+            if n:
+                bar.update(task, total=n)
+                bar.start()
 
+        def on_record(r: dict) -> None:
+            records.append(r)
+            bar.update(task, advance=1, description=f"{r['point_key']} run {r['run']}: {r['status']}")
+
+        try:
             run_measure(points, out, rig=rig, runs=runs, launcher=launcher, timeout_s=timeout, force=force,
-                        devices=devices, on_record=on_record)
+                        devices=devices, on_record=on_record, on_plan=on_plan)
+        finally:
+            bar.stop()
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {len(records)} runs kept in {out}", err=True)
         raise typer.Exit(130) from None
+    if planned == [0]:
+        console.print(f"nothing to do: all {len(points)} points x {runs} runs are already in {out} (--force re-runs)")
+        return
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
     else:

@@ -133,16 +133,20 @@ def measure(
     force: bool = False,
     devices: Sequence[int] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
     launcher_factory: Callable[[str], Launcher] = make_launcher,
 ) -> list[dict[str, Any]]:
     """Measure every run of ``points`` not yet in ``out`` and return the new records.
 
     ``devices`` (GPU indices) runs one point per GPU at a time, the point's device rewritten to ``cuda:N``.
-    ``on_record`` is called after each record is safely on disk (the progress bar hooks in here).
+    ``on_plan`` is told how many runs will happen (after resume), before the first; ``on_record`` is called after
+    each record is safely on disk (the progress bar hooks in to both).
     """
     check_options(points, runs, launcher, timeout_s, devices)
     out = Path(out)
-    tasks = plan(points, runs, recorded_runs(out, rig), force)
+    tasks = plan(points, runs, set() if force else recorded_runs(out, rig), force)
+    if on_plan:
+        on_plan(len(tasks))
     commit = git_commit()
     oom_at: dict[tuple, int] = {}
     lock = threading.Lock()
