@@ -22,7 +22,9 @@ vaemem=${VAEMEM:-$here/.venv/bin/vaemem}
 python=$(dirname "$vaemem")/python
 mkdir -p "$out"
 if [ "${device%%:*}" = cpu ]; then
-  models=(-m tiny-kl -m tiny-wan); allocs=(--allocator glibc --allocator glibc-fixed)
+  # glibc-fixed only: default glibc is neither repeatable nor linear on the CPU (README), so a fit over tiny
+  # models measured with it can break the quality bound by chance and make this CPU run of the check flaky
+  models=(-m tiny-kl -m tiny-wan); allocs=(--allocator glibc-fixed)
   res=(--res 64 --res 96x64 --res 128); bench_model=tiny-minimax-h3; bench_res=64; frames=(--frames 5)
   dtype=fp32  # this CPU has no fast fp16 convolution
 else
