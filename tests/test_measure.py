@@ -27,7 +27,7 @@ MIB = 1024 * 1024
 # ---- points -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("point,message", [
-    (Point("nope", "decode", "fp32", 64, 64), "choose one of: cogview4"),
+    (Point("nope", "decode", "fp32", 64, 64), "choose one of: cogvideox, cogview4"),
     (Point("tiny-kl", "blur", "fp32", 64, 64), "choose one of: decode, encode"),
     (Point("tiny-kl", "decode", "fp8", 64, 64), "choose one of: fp16, bf16, fp32"),
     (Point("tiny-kl", "decode", "fp32", 66, 64), "multiples of 4"),
@@ -40,7 +40,7 @@ MIB = 1024 * 1024
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native"), "choose one of: glibc, glibc-fixed"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc", device="cuda"), "cudaMallocAsync"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, device="tpu"), "bad device"),
-    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "supports only encode"),
+    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: its 2.4B-parameter decoder is a ViT"),
 ])
 def test_invalid_points_are_refused_naming_the_choices(point, message):
     with pytest.raises(VaememError, match=message):

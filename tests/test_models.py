@@ -3,21 +3,49 @@
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from vaemem.models.build import build_model, configure_tiling, count_parameters, input_shape, make_input, run_op
-from vaemem.models.zoo import CLASS_DEFAULTS, PARAMETERS, get_spec, registry
+from vaemem.errors import VaememError
+from vaemem.measuring.point import Point, validate
+from vaemem.models.build import (_parameters_on_meta, build_model, configure_tiling, count_parameters, input_shape,
+                                 make_input, run_op)
+from vaemem.models.zoo import CLASS_DEFAULTS, CLASSES, PARAMETERS, SAME_LAYERS, get_spec, registry
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
 # From ../shared/reference/prior-art.md (random init, whole model).
 PUBLISHED_PARAMS = {"sd15": 83_653_863, "sdxl": 83_653_863, "sd3": 83_819_683, "flux1": 83_819_683,
                     "flux2": 84_046_115, "cogview4": 406_100_643, "wan21": 126_892_531, "wan22": 704_688_668,
                     "minimax-h3": 2_603_868_984}
+MORE = ["cogvideox", "hunyuanimage-2.1", "hunyuanvideo", "hunyuanvideo-1.5", "ltx-2", "ltx-2.3", "ltx-video",
+        "ltx-video-0.9.5", "mochi", "qwen-image", "sana-dc-ae"]
+REAL = sorted([*PUBLISHED_PARAMS, *MORE])
+TINY = sorted(n for n, s in registry().items() if s.tiny)
 
 
-def test_registry_has_every_published_name_and_the_tiny_ones():
-    assert set(PUBLISHED_PARAMS) | {"tiny-kl", "tiny-wan", "tiny-minimax-h3"} == set(registry())
+def _meta(name):
+    import diffusers
+
+    spec = get_spec(name)
+    with _parameters_on_meta():
+        return getattr(diffusers, spec.class_name).from_config(spec.config)
+
+
+def test_registry_has_all_twenty_real_architectures_and_a_tiny_one_per_class():
+    assert set(REAL) == {n for n, s in registry().items() if not s.tiny} and len(REAL) == 20
+    assert {get_spec(n).family for n in TINY} == {info.family for info in CLASSES.values()}
+
+
+def test_packaged_configs_are_the_reference_ones():
+    if not REFERENCE.exists():
+        pytest.skip("no ../shared/reference beside this checkout")
+    for file in ("vae_configs.json", "more_vae_configs.json"):
+        packaged = json.loads((Path(__file__).parents[1] / "vaemem" / "models" / file).read_text())
+        assert packaged == json.loads((REFERENCE / file).read_text())
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
@@ -25,18 +53,42 @@ def test_parameter_count_matches_published(name):
     assert count_parameters(name) == PUBLISHED_PARAMS[name] == PARAMETERS[name]
 
 
-def test_static_parameter_table_matches_meta_builds_of_tiny_models():
+@pytest.mark.parametrize("name", MORE + TINY)
+def test_static_parameter_table_matches_meta_builds(name):
+    assert count_parameters(name) == PARAMETERS[name]
+
+
+def test_parameter_table_covers_the_zoo():
     assert set(PARAMETERS) == set(registry())
-    for name in ("tiny-kl", "tiny-wan", "tiny-minimax-h3"):
-        assert count_parameters(name) == PARAMETERS[name]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_geometry_matches_the_built_class(name):
+    """The zoo reads factors from the config without torch; the class computes them itself."""
+    spec, model = get_spec(name), _meta(name)
+    spatial = vars(model).get("spatial_compression_ratio") or model.config.get("spatial_compression_ratio")
+    if spatial is not None:
+        assert spatial == spec.spatial_factor
+    temporal = vars(model).get("temporal_compression_ratio") or model.config.get("temporal_compression_ratio")
+    if spec.is_video and temporal is not None:
+        assert temporal == spec.temporal_factor
+    assert not spec.is_video or spec.info.five_d
 
 
 def test_identical_architectures_are_known_and_different_ones_are_not():
     reg = registry()
     assert reg["sdxl"].architecture == "sd15"
     assert reg["sd3"].architecture == "flux1"
-    distinct = {"sd15", "flux1", "flux2", "cogview4", "wan21", "wan22", "minimax-h3"}
+    assert reg["qwen-image"].architecture == "wan21"
+    distinct = set(REAL) - {"sdxl", "sd3", "qwen-image"}
     assert {reg[n].architecture for n in distinct} == distinct
+
+
+@pytest.mark.parametrize("name,same", sorted(SAME_LAYERS.items()))
+def test_declared_same_layers_have_identical_parameter_shapes(name, same):
+    a, b = _meta(name), _meta(same)
+    assert {k: tuple(v.shape) for k, v in a.state_dict().items()} == {k: tuple(v.shape)
+                                                                     for k, v in b.state_dict().items()}
 
 
 def test_class_defaults_match_diffusers():
@@ -45,32 +97,85 @@ def test_class_defaults_match_diffusers():
     for cls_name, defaults in CLASS_DEFAULTS.items():
         sig = inspect.signature(getattr(diffusers, cls_name).__init__)
         for key, value in defaults.items():
-            assert sig.parameters[key].default == value, (cls_name, key)
+            default = sig.parameters[key].default
+            assert (tuple(default) if isinstance(default, (list, tuple)) else default) == value, (cls_name, key)
 
 
 def test_geometry_of_real_models():
     assert (get_spec("wan22").spatial_factor, get_spec("wan22").temporal_factor) == (16, 4)
     assert (get_spec("minimax-h3").spatial_factor, get_spec("minimax-h3").ops) == (16, ("encode",))
     assert get_spec("flux2").latent_channels == 32 and get_spec("sdxl").temporal_factor is None
+    assert (get_spec("ltx-video").spatial_factor, get_spec("ltx-video").temporal_factor) == (32, 8)
+    assert (get_spec("mochi").spatial_factor, get_spec("mochi").temporal_factor) == (8, 6)
+    assert get_spec("qwen-image").temporal_factor is None and get_spec("qwen-image").info.five_d
+    assert get_spec("sana-dc-ae").spatial_factor == 32 and get_spec("hunyuanimage-2.1").latent_channels == 64
 
 
-@pytest.mark.parametrize("name,op", [("tiny-kl", "decode"), ("tiny-kl", "encode"), ("tiny-wan", "decode"),
-                                     ("tiny-wan", "encode"), ("tiny-minimax-h3", "encode")])
+@pytest.mark.parametrize("name,good,bad", [
+    ("wan21", 9, 8), ("hunyuanvideo", 17, 16), ("mochi", 19, 17), ("ltx-video", 17, 9 + 4), ("cogvideox", 49, 45), ("cogvideox", 81, 80),
+    ("ltx-2", 121, 120), ("hunyuanvideo-1.5", 33, 31), ("minimax-h3", 17, 18),
+])
+def test_each_class_has_its_own_frame_rule(name, good, bad):
+    op = get_spec(name).ops[0]
+    f = get_spec(name).spatial_factor
+    validate(Point(name, op, "fp32", 2 * f, 2 * f, frames=good, allocator="glibc-fixed"))
+    step = get_spec(name).info.frame_step or get_spec(name).temporal_factor
+    with pytest.raises(VaememError, match=rf"1 \+ {step}k"):
+        validate(Point(name, op, "fp32", 2 * f, 2 * f, frames=bad, allocator="glibc-fixed"))
+
+
+@pytest.mark.parametrize("name", ["qwen-image", "sana-dc-ae", "hunyuanimage-2.1"])
+def test_image_classes_refuse_frames(name):
+    f = get_spec(name).spatial_factor
+    with pytest.raises(VaememError, match="image model"):
+        validate(Point(name, "decode", "fp32", 2 * f, 2 * f, frames=5, allocator="glibc-fixed"))
+
+
+def test_refused_op_says_why():
+    with pytest.raises(VaememError, match="decoder is a ViT"):
+        validate(Point("minimax-h3", "decode", "fp32", 64, 64, frames=1, allocator="glibc-fixed"))
+
+
+def _tiny_cases():
+    for name in TINY:
+        spec = get_spec(name)
+        for op in ("decode", "encode"):
+            yield name, op, op in spec.ops
+
+
+@pytest.mark.parametrize("name,op,supported", list(_tiny_cases()))
 @pytest.mark.parametrize("tile", [None, 32])
-def test_tiny_models_run_finite_with_expected_shapes(name, op, tile):
+def test_tiny_models_run_finite_with_expected_shapes(name, op, supported, tile):
     spec = get_spec(name)
-    frames = 5 if spec.is_video else 1
+    f = spec.spatial_factor
+    width, height = 8 * f, 6 * f
+    frames = 1 + (spec.info.frame_step or spec.temporal_factor) if spec.is_video else 1
+    if not supported:
+        with pytest.raises(VaememError, match=spec.refusal(op)[:20]):
+            validate(Point(name, op, "fp32", width, height, frames=frames, allocator="glibc-fixed"))
+        return
+    if tile is not None and tile >= max(width, height):
+        tile = max(width, height) // 2 // f * f
+    if tile is not None and spec.tiled_refusal(op):
+        with pytest.raises(VaememError, match="cannot run a tiled"):
+            validate(Point(name, op, "fp32", width, height, frames=frames, tile=tile, allocator="glibc-fixed"))
+        return
+    validate(Point(name, op, "fp32", width, height, frames=frames, tile=tile, allocator="glibc-fixed"))
     model = build_model(name, op, "cpu", "fp32")
     configure_tiling(model, spec, tile)
-    x = make_input(input_shape(spec, op, 64, 48, 1, frames), "cpu", "fp32")
+    x = make_input(input_shape(spec, op, width, height, 1, frames), "cpu", "fp32")
     with torch.inference_mode():
         y = run_op(model, op, x)
     assert torch.isfinite(y).all()
     if op == "decode":
-        assert tuple(y.shape[-2:]) == (48, 64) and y.shape[1] == 3
+        assert tuple(y.shape[-2:]) == (height, width) and y.shape[1] == 3
+        if spec.info.five_d:
+            assert y.shape[2] == frames
     else:
-        assert tuple(y.shape[-2:]) == (48 // spec.spatial_factor, 64 // spec.spatial_factor)
+        assert tuple(y.shape[-2:]) == (height // f, width // f)
         assert y.shape[1] == spec.latent_channels
+        if spec.info.five_d and spec.family != "minimax":  # MiniMax-H3 encodes in clips of its own length
+            assert y.shape[2] == spec.latent_frames(frames)
 
 
 def test_weights_are_seeded_and_only_the_used_half_is_built():

@@ -81,8 +81,12 @@ def measure(
     out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/<rig>.jsonl)"),
     force: bool = typer.Option(False, help="re-run runs already recorded for this rig"),
     as_json: bool = typer.Option(False, "--json", help="print the new records as JSON instead of a table"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its predicted time, run nothing"),
 ) -> None:
-    """Measure the working memory of each point, one fresh process per run, appending to a JSON Lines file."""
+    """Measure the working memory of each point, one fresh process per run, appending to a JSON Lines file.
+
+    Before it starts it prints how many runs are due (after resume) and their predicted time, from comparable
+    runs in the output file's folder."""
     from vaemem.measuring import point as pt
     from vaemem.measuring.launcher import default_launcher
     from vaemem.measuring.rig import default_rig_name
@@ -102,10 +106,30 @@ def measure(
         gpu_list = _parse_devices(devices)
         rig_name = rig or default_rig_name(device)
         out_path = out or Path("measurements") / f"{rig_name}.jsonl"
-        _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force, gpu_list,
-                   as_json)
+        from vaemem.measuring.runner import check_options
+
+        check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
+        _print_plan(points, out_path, rig_name, runs, force, as_json)
+        if not dry_run:
+            _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force, gpu_list,
+                       as_json)
     except VaememError as e:
         _fail(e)
+
+
+def _print_plan(points: list, out: Path, rig: str, runs: int, force: bool, as_json: bool) -> None:
+    """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON)."""
+    from vaemem.measuring.eta import predict
+    from vaemem.measuring.runner import plan, recorded_runs
+    from vaemem.measuring.store import expand_paths, iter_records
+
+    tasks = plan(points, runs, set() if force else recorded_runs(out, rig), force)
+    files = set(expand_paths([out.parent])) if out.parent.is_dir() else set()
+    files |= {out} if out.exists() else set()
+    history = (r for _, _, r in iter_records(sorted(files), skip_bad=True))
+    eta = predict([t.point for t in tasks], history)
+    typer.echo(f"plan: {len(points)} points x {runs} runs, {len(tasks)} due in {out}: {eta.describe()}",
+               err=as_json)
 
 
 def _parse_devices(text: str | None) -> list[int] | None:

@@ -151,8 +151,8 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
     f = spec.spatial_factor
     if runs < 1 or frames < 1 or rows < 1 or cols < 1:
         raise VaememError("--runs, --frames and --tiles must be positive")
-    if (frames - 1) % spec.temporal_factor:
-        raise VaememError(f"{model} is causal: frames must be 1 + {spec.temporal_factor}k, got {frames}")
+    if spec.frames_error(frames):
+        raise VaememError(spec.frames_error(frames))
     if height % rows or width % cols or (height // rows) % f or (width // cols) % f:
         raise VaememError(f"{width}x{height} cut into {rows}x{cols} tiles must give tiles in multiples of {f} px")
     paths = PATHS if conv3d == "both" else (conv3d,)

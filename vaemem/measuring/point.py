@@ -94,7 +94,7 @@ def validate(p: Point) -> Point:
     if p.op not in OPS:
         raise VaememError(f"unknown op {p.op!r}; choose one of: {', '.join(OPS)}")
     if p.op not in spec.ops:
-        raise VaememError(f"{p.model} supports only {', '.join(spec.ops)} (its decoder is a ViT, out of scope)")
+        raise VaememError(f"{p.model} cannot {p.op}: {spec.refusal(p.op)}")
     if p.dtype not in DTYPES:
         raise VaememError(f"unknown dtype {p.dtype!r}; choose one of: {', '.join(DTYPES)}")
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
@@ -106,15 +106,14 @@ def validate(p: Point) -> Point:
     f = spec.spatial_factor
     if p.width % f or p.height % f:
         raise VaememError(f"{p.model} needs width and height in multiples of {f} px, got {p.width}x{p.height}")
-    if spec.is_video:
-        if (p.frames - 1) % spec.temporal_factor:
-            raise VaememError(
-                f"{p.model} is causal: frames must be 1 + {spec.temporal_factor}k (1, 5, 9, 17, ...), got {p.frames}"
-            )
-    elif p.frames != 1:
-        video = ", ".join(n for n, s in registry().items() if s.is_video)
-        raise VaememError(f"{p.model} is an image model: frames apply only to {video}")
+    if spec.frames_error(p.frames):
+        if not spec.is_video:
+            video = ", ".join(n for n, s in registry().items() if s.is_video and not s.tiny)
+            raise VaememError(f"{p.model} is an image model: frames apply only to {video}")
+        raise VaememError(spec.frames_error(p.frames))
     if p.tile is not None:
+        if spec.tiled_refusal(p.op):
+            raise VaememError(f"{p.model} cannot run a tiled {p.op}: {spec.tiled_refusal(p.op)}")
         if p.tile <= 0 or p.tile % f:
             raise VaememError(f"tile must be a positive multiple of {f} px for {p.model}, got {p.tile}")
         if p.tile >= max(p.width, p.height):

@@ -26,6 +26,9 @@ from torch import nn
 from vaemem.models.zoo import ModelSpec, get_spec
 
 DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# The decode timestep the LTX-Video 0.9.5 pipelines pass to a timestep-conditioned decoder (its shape, not its
+# value, sets the memory).
+DECODE_TIMESTEP = 0.05
 
 
 @contextmanager
@@ -112,37 +115,47 @@ def count_parameters(name: str) -> int:
 def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None) -> None:
     """Turn diffusers' own tiled decode/encode on with square ``tile``-pixel tiles, or off when ``tile`` is None.
 
-    MiniMax-H3 ships with tiling on (256 px), so "no tile" must switch it off explicitly.
+    Tiles overlap by a quarter (diffusers' own default, ``tile_overlap_factor`` 0.25): classes that take a stride
+    get ``tile`` minus a quarter, rounded down to the spatial factor. Temporal tiling, where a class has it, keeps
+    the class's defaults. MiniMax-H3 ships with tiling on (256 px), so "no tile" must switch it off explicitly.
     """
-    if spec.family == "kl":
-        model.use_tiling = tile is not None
-        if tile is not None:
-            model.tile_sample_min_size = tile
-            model.tile_latent_min_size = tile // spec.spatial_factor
-    elif spec.family == "wan":
-        if tile is None:
-            model.use_tiling = False
-        else:
-            stride = max(spec.spatial_factor, (tile * 3 // 4) // spec.spatial_factor * spec.spatial_factor)
-            model.enable_tiling(tile, tile, stride, stride)
-    else:  # minimax
-        model.use_tiling = tile is not None
-        if tile is not None:
-            overlap = max(spec.spatial_factor, (tile // 4) // spec.spatial_factor * spec.spatial_factor)
-            model.tile_sample_min_height = model.tile_sample_min_width = tile
-            model.tile_sample_min_overlap_height = model.tile_sample_min_overlap_width = overlap
+    if tile is None:
+        model.use_tiling = False
+        return
+    f = spec.spatial_factor
+    overlap = max(f, (tile // 4) // f * f)
+    stride = tile - overlap
+    cls = spec.class_name
+    if cls in ("AutoencoderKL", "AutoencoderKLFlux2"):
+        model.use_tiling = True
+        model.tile_sample_min_size = tile
+        model.tile_latent_min_size = tile // f
+    elif cls == "AutoencoderKLMiniMaxH3":
+        model.enable_tiling(tile, tile, overlap, overlap)
+    elif cls == "AutoencoderKLCogVideoX":
+        model.enable_tiling(tile, tile, 0.25, 0.25)
+        model.tile_latent_min_height = model.tile_latent_min_width = tile // f
+    elif cls == "AutoencoderKLHunyuanImage":
+        model.enable_tiling(tile, 0.25)
+        model.tile_latent_min_size = tile // f
+    elif cls == "AutoencoderKLHunyuanVideo15":
+        model.enable_tiling(tile, tile, tile // f, tile // f, 0.25)
+    else:  # Wan, Qwen-Image, HunyuanVideo, LTX, LTX-2, Mochi, DC-AE: min size and stride in sample pixels
+        model.enable_tiling(tile_sample_min_height=tile, tile_sample_min_width=tile,
+                            tile_sample_stride_height=stride, tile_sample_stride_width=stride)
 
 
 def input_shape(spec: ModelSpec, op: str, width: int, height: int, batch: int, frames: int) -> tuple[int, ...]:
-    """Shape of the tensor fed to ``op``: pixels (3 channels) for encode, latents for decode."""
+    """Shape of the tensor fed to ``op``: pixels (3 channels) for encode, latents for decode; classes with a time
+    axis (Qwen-Image too, with one frame) take (batch, channels, frames, height, width)."""
     if op == "encode":
         spatial: tuple[int, ...] = (height, width)
         channels = 3
-        time = (frames,) if spec.is_video else ()
+        time = (frames,) if spec.info.five_d else ()
     else:
         spatial = (height // spec.spatial_factor, width // spec.spatial_factor)
         channels = spec.latent_channels
-        time = ((frames - 1) // spec.temporal_factor + 1,) if spec.temporal_factor else ()
+        time = (spec.latent_frames(frames),) if spec.info.five_d else ()
     return (batch, channels, *time, *spatial)
 
 
@@ -154,8 +167,13 @@ def make_input(shape: tuple[int, ...], device: str | torch.device, dtype: str, s
 
 
 def run_op(model: nn.Module, op: str, x: torch.Tensor) -> torch.Tensor:
-    """One decode or encode pass; returns the output tensor (decoded sample or latent mean)."""
+    """One decode or encode pass as a pipeline calls it; returns the output tensor (decoded sample, latent mean,
+    or DC-AE's deterministic latent). A timestep-conditioned decoder (LTX-Video 0.9.5) gets the pipelines'
+    decode timestep."""
     if op == "decode":
+        if getattr(getattr(model, "config", None), "timestep_conditioning", False):
+            t = torch.full((x.shape[0],), DECODE_TIMESTEP, dtype=x.dtype, device=x.device)
+            return model.decode(x, temb=t).sample
         return model.decode(x).sample
     out: Any = model.encode(x)
-    return out.latent_dist.mean
+    return out.latent if hasattr(out, "latent") else out.latent_dist.mean

@@ -66,23 +66,147 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "latents_mean": [0.0] * 4,
         "latents_std": [1.0] * 4,
     },
+    "tiny-cogvideox": {
+        "_class_name": "AutoencoderKLCogVideoX", "block_out_channels": [8, 16, 16],
+        "down_block_types": ["CogVideoXDownBlock3D"] * 3, "up_block_types": ["CogVideoXUpBlock3D"] * 3,
+        "latent_channels": 4, "layers_per_block": 1, "norm_num_groups": 4, "temporal_compression_ratio": 4,
+        "use_quant_conv": False, "use_post_quant_conv": False,
+    },
+    "tiny-dcae": {
+        "_class_name": "AutoencoderDC", "attention_head_dim": 8, "latent_channels": 4,
+        "encoder_block_types": ["ResBlock", "ResBlock", "EfficientViTBlock"],
+        "decoder_block_types": ["ResBlock", "ResBlock", "EfficientViTBlock"],
+        "encoder_block_out_channels": [8, 16, 32], "decoder_block_out_channels": [8, 16, 32],
+        "encoder_layers_per_block": [1, 1, 1], "decoder_layers_per_block": [1, 1, 1],
+        "encoder_qkv_multiscales": [[], [], [5]], "decoder_qkv_multiscales": [[], [], [5]],
+        "downsample_block_type": "Conv", "upsample_block_type": "interpolate", "decoder_norm_types": "rms_norm",
+        "decoder_act_fns": "silu",
+    },
+    "tiny-hunyuanimage": {  # the class's GroupNorms have 32 groups: channels are multiples of 32
+        "_class_name": "AutoencoderKLHunyuanImage", "in_channels": 3, "out_channels": 3,
+        "block_out_channels": [32, 32, 64], "latent_channels": 4, "layers_per_block": 1,
+        "spatial_compression_ratio": 4, "sample_size": 64, "downsample_match_channel": True,
+        "upsample_match_channel": True,
+    },
+    "tiny-hunyuanvideo": {
+        "_class_name": "AutoencoderKLHunyuanVideo", "block_out_channels": [8, 16, 16],
+        "down_block_types": ["HunyuanVideoDownBlock3D"] * 3, "up_block_types": ["HunyuanVideoUpBlock3D"] * 3,
+        "latent_channels": 4, "layers_per_block": 1, "norm_num_groups": 4, "spatial_compression_ratio": 4,
+        "temporal_compression_ratio": 4, "mid_block_add_attention": True,
+    },
+    "tiny-hunyuanvideo-1.5": {
+        "_class_name": "AutoencoderKLHunyuanVideo15", "block_out_channels": [8, 16, 16], "latent_channels": 4,
+        "layers_per_block": 1, "spatial_compression_ratio": 4, "temporal_compression_ratio": 4,
+        "downsample_match_channel": True, "upsample_match_channel": True,
+    },
+    "tiny-ltx-video": {  # the 0.9.5 layout: LTXVideo095 down blocks, timestep-conditioned decoder
+        "_class_name": "AutoencoderKLLTXVideo", "block_out_channels": [8, 16, 16, 32, 32],
+        "down_block_types": ["LTXVideo095DownBlock3D"] * 4,
+        "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
+        "decoder_block_out_channels": [8, 16, 32], "layers_per_block": [1, 1, 1, 1, 1],
+        "decoder_layers_per_block": [1, 1, 1, 1], "spatio_temporal_scaling": [True, True, True, True],
+        "decoder_spatio_temporal_scaling": [True, True, True], "decoder_inject_noise": [False] * 4,
+        "upsample_residual": [True] * 3, "upsample_factor": [2] * 3, "latent_channels": 4, "patch_size": 1,
+        "patch_size_t": 1, "timestep_conditioning": True, "spatial_compression_ratio": 8,
+        "temporal_compression_ratio": 8, "encoder_causal": True, "decoder_causal": False,
+    },
+    "tiny-ltx-2": {
+        "_class_name": "AutoencoderKLLTX2Video", "block_out_channels": [8, 16, 16, 16],
+        "decoder_block_out_channels": [8, 16, 32], "layers_per_block": [1, 1, 1, 1, 1],
+        "decoder_layers_per_block": [1, 1, 1, 1], "spatio_temporal_scaling": [True, True, True, True],
+        "decoder_spatio_temporal_scaling": [True, True, True], "decoder_inject_noise": [False] * 4,
+        "down_block_types": ["LTX2VideoDownBlock3D"] * 4,
+        "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
+        "upsample_residual": [True] * 3, "upsample_factor": [2] * 3, "latent_channels": 4, "patch_size": 1,
+        "patch_size_t": 1, "spatial_compression_ratio": 8, "temporal_compression_ratio": 8,
+        "encoder_causal": True, "decoder_causal": False,
+    },
+    "tiny-mochi": {  # the class's GroupNorms have 32 groups
+        "_class_name": "AutoencoderKLMochi", "encoder_block_out_channels": [32, 32, 32, 32],
+        "decoder_block_out_channels": [32, 32, 32, 32], "layers_per_block": [1, 1, 1, 1, 1], "latent_channels": 4,
+        "add_attention_block": [False, False, False, False, True], "temporal_expansions": [1, 2, 3],
+        "spatial_expansions": [2, 2, 2],
+    },
+    "tiny-qwen-image": {
+        "_class_name": "AutoencoderKLQwenImage", "base_dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
+        "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [False, True, True], "dropout": 0.0,
+        "latents_mean": [0.0] * 4, "latents_std": [1.0] * 4,
+    },
 }
 
 # Defaults of the diffusers constructors for the keys where the published configs differ in spelling only
-# (flux1 states mid_block_add_attention=True, sd3 leaves it out). A test checks them against diffusers itself.
+# (flux1 states mid_block_add_attention=True, sd3 leaves it out), and for the geometry keys some published configs
+# leave to the class (LTX-Video 0.9.0 states no compression ratios). A test checks them against diffusers itself.
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "AutoencoderKL": {"mid_block_add_attention": True, "use_quant_conv": True, "use_post_quant_conv": True},
+    "AutoencoderKLLTXVideo": {"spatial_compression_ratio": None, "temporal_compression_ratio": None, "patch_size": 4,
+                              "patch_size_t": 1, "spatio_temporal_scaling": (True, True, True, False)},
+    "AutoencoderKLLTX2Video": {"spatial_compression_ratio": None, "temporal_compression_ratio": None, "patch_size": 4,
+                               "patch_size_t": 1, "spatio_temporal_scaling": (True, True, True, True)},
+    "AutoencoderKLHunyuanVideo": {"spatial_compression_ratio": 8, "temporal_compression_ratio": 4},
+    "AutoencoderKLHunyuanVideo15": {"spatial_compression_ratio": 16, "temporal_compression_ratio": 4},
+    "AutoencoderKLCogVideoX": {"temporal_compression_ratio": 4},
 }
 
 # Parameter counts of the whole model (both halves), so the fit and the estimator need no torch. A test rebuilds
-# every model on the meta device and checks these numbers; the real ones match prior-art.md.
+# every model on the meta device and checks these numbers; the first nine match prior-art.md.
 PARAMETERS: dict[str, int] = {
     "cogview4": 406_100_643, "flux1": 83_819_683, "flux2": 84_046_115, "minimax-h3": 2_603_868_984,
     "sd15": 83_653_863, "sd3": 83_819_683, "sdxl": 83_653_863, "wan21": 126_892_531, "wan22": 704_688_668,
-    "tiny-kl": 242_327, "tiny-wan": 203_295, "tiny-minimax-h3": 62_604,
+    "cogvideox": 215_583_907, "hunyuanimage-2.1": 405_575_491, "hunyuanvideo": 246_478_803,
+    "hunyuanvideo-1.5": 1_260_634_115, "ltx-2": 1_222_479_601, "ltx-2.3": 726_105_969, "ltx-video": 419_193_649,
+    "ltx-video-0.9.5": 1_246_913_522, "mochi": 459_748_611, "qwen-image": 126_892_531, "sana-dc-ae": 312_250_275,
+    "tiny-kl": 242_327, "tiny-wan": 203_295, "tiny-minimax-h3": 62_604, "tiny-cogvideox": 164_771,
+    "tiny-dcae": 73_095, "tiny-hunyuanimage": 790_787, "tiny-hunyuanvideo": 179_679,
+    "tiny-hunyuanvideo-1.5": 242_527, "tiny-ltx-2": 274_842, "tiny-ltx-video": 465_217, "tiny-mochi": 610_179,
+    "tiny-qwen-image": 203_295,
 }
 
-FAMILIES = {"AutoencoderKL": "kl", "AutoencoderKLFlux2": "kl", "AutoencoderKLWan": "wan", "AutoencoderKLMiniMaxH3": "minimax"}
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """What vaemem must know of one diffusers VAE class to run it and to judge a point.
+
+    ``kernel`` is the declared kernel class (``conv2d`` image convolutions, ``conv3d`` causal or full 3D video
+    convolutions): calibrations pool only architectures of one kernel class. ``five_d`` classes take
+    (batch, channels, frames, height, width) even when they are image models (Qwen-Image: one frame).
+    """
+
+    family: str
+    kernel: str
+    five_d: bool
+    video: bool
+    refused_ops: tuple[tuple[str, str], ...] = ()  # (op, reason the class cannot run it in vaemem)
+    refused_tiled_ops: tuple[tuple[str, str], ...] = ()  # (op, reason its tiled path cannot run)
+    frame_step: int | None = None  # clip lengths are 1 + frame_step*k where that differs from the temporal factor
+
+
+CLASSES: dict[str, ClassInfo] = {
+    "AutoencoderKL": ClassInfo("kl", "conv2d", False, False),
+    "AutoencoderKLFlux2": ClassInfo("kl", "conv2d", False, False),
+    "AutoencoderKLHunyuanImage": ClassInfo("hunyuanimage", "conv2d", False, False, refused_tiled_ops=(
+        ("encode", "diffusers 0.42's AutoencoderKLHunyuanImage.tiled_encode unpacks a 5-D shape from its 4-D input"),
+    )),
+    "AutoencoderDC": ClassInfo("dcae", "conv2d", False, False),
+    "AutoencoderKLQwenImage": ClassInfo("qwen", "conv3d", True, False),
+    "AutoencoderKLWan": ClassInfo("wan", "conv3d", True, True),
+    "AutoencoderKLMiniMaxH3": ClassInfo("minimax", "conv3d", True, True, (
+        ("decode", "its 2.4B-parameter decoder is a ViT, not a convolutional VAE: vaemem measures its encoder only"),
+    )),
+    # CogVideoX decodes latents two frames at a time: an even latent-frame count decodes to 4T frames, not
+    # 1 + 4(T-1), so only clips of 1 + 8k frames (the pipelines' 49 and 81) round-trip.
+    "AutoencoderKLCogVideoX": ClassInfo("cogvideox", "conv3d", True, True, frame_step=8),
+    "AutoencoderKLHunyuanVideo": ClassInfo("hunyuanvideo", "conv3d", True, True),
+    "AutoencoderKLHunyuanVideo15": ClassInfo("hunyuanvideo15", "conv3d", True, True),
+    "AutoencoderKLLTXVideo": ClassInfo("ltx", "conv3d", True, True),
+    "AutoencoderKLLTX2Video": ClassInfo("ltx2", "conv3d", True, True),
+    "AutoencoderKLMochi": ClassInfo("mochi", "conv3d", True, True),
+}
+FAMILIES = {cls: info.family for cls, info in CLASSES.items()}
+
+# Architectures whose layers are identical to another's under a different class name (a digest of the configs
+# cannot see it): Qwen-Image's VAE is Wan 2.1's, image-only. A test compares every parameter shape of the two.
+SAME_LAYERS: dict[str, str] = {"qwen-image": "wan21", "tiny-qwen-image": "tiny-wan"}
 
 
 @dataclass(frozen=True)
@@ -100,30 +224,74 @@ class ModelSpec:
     tiny: bool
 
     @property
+    def info(self) -> ClassInfo:
+        return CLASSES[self.class_name]
+
+    @property
     def family(self) -> str:
-        return FAMILIES[self.class_name]
+        return self.info.family
+
+    @property
+    def kernel(self) -> str:
+        return self.info.kernel
 
     @property
     def is_video(self) -> bool:
         return self.temporal_factor is not None
 
+    def refusal(self, op: str) -> str | None:
+        """Why this model cannot run ``op`` in vaemem, or None if it can."""
+        return dict(self.info.refused_ops).get(op)
 
-def _geometry(cfg: dict[str, Any]) -> tuple[int, int, int | None, tuple[str, ...]]:
-    """(latent channels, spatial factor, temporal factor, ops) of a config, as the diffusers class computes them."""
-    cls = cfg["_class_name"]
+    def tiled_refusal(self, op: str) -> str | None:
+        """Why this model's tiled ``op`` cannot run, or None if it can."""
+        return dict(self.info.refused_tiled_ops).get(op)
+
+    def frames_error(self, frames: int) -> str | None:
+        """Why ``frames`` cannot be a clip of this model (each class's own rule), or None if it can."""
+        if not self.is_video:
+            return None if frames == 1 else f"{self.name} is an image model: it takes one frame, got {frames}"
+        f = self.info.frame_step or self.temporal_factor
+        if frames < 1 or (frames - 1) % f:
+            examples = ", ".join(str(1 + f * k) for k in range(4))
+            return f"{self.name} is causal: frames must be 1 + {f}k ({examples}, ...), got {frames}"
+        return None
+
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames of a clip of ``frames`` sample frames (1 for an image model)."""
+        return (frames - 1) // self.temporal_factor + 1 if self.temporal_factor else 1
+
+
+def _geometry(cfg: dict[str, Any]) -> tuple[int, int, int | None]:
+    """(latent channels, spatial factor, temporal factor) of a config, as the diffusers class computes them."""
+    cls = cfg.get("_class_name")
+    if cls not in CLASSES:
+        raise VaememError(f"unsupported diffusers class {cls!r}; supported: {', '.join(sorted(CLASSES))}")
+    c = {**CLASS_DEFAULTS.get(cls, {}), **cfg}
     if cls in ("AutoencoderKL", "AutoencoderKLFlux2"):
-        return cfg["latent_channels"], 2 ** (len(cfg["block_out_channels"]) - 1), None, ("decode", "encode")
-    if cls == "AutoencoderKLWan":
-        patch = cfg.get("patch_size") or 1
-        spatial = 2 ** len(cfg.get("temperal_downsample", [False, True, True])) * patch
-        temporal = 2 ** sum(bool(t) for t in cfg.get("temperal_downsample", [False, True, True]))
-        return cfg.get("z_dim", 16), spatial, temporal, ("decode", "encode")
+        return c["latent_channels"], 2 ** (len(c["block_out_channels"]) - 1), None
+    if cls in ("AutoencoderKLWan", "AutoencoderKLQwenImage"):
+        downs = c.get("temperal_downsample", [False, True, True])
+        spatial = 2 ** len(downs) * (c.get("patch_size") or 1)
+        temporal = 2 ** sum(bool(t) for t in downs) if cls == "AutoencoderKLWan" else None
+        return c.get("z_dim", 16), spatial, temporal
     if cls == "AutoencoderKLMiniMaxH3":
-        # The decoder is a 2.4B-parameter ViT, not a convolutional VAE: vaemem measures the causal conv encoder.
-        spatial = math.prod(cfg["spatial_downsample_factors"])
-        temporal = math.prod(cfg["temporal_downsample_factors"])
-        return cfg["latent_channels"], spatial, temporal, ("encode",)
-    raise VaememError(f"unsupported diffusers class {cls!r}; supported: {', '.join(sorted(FAMILIES))}")
+        return (c["latent_channels"], math.prod(c["spatial_downsample_factors"]),
+                math.prod(c["temporal_downsample_factors"]))
+    if cls == "AutoencoderKLCogVideoX":
+        return c["latent_channels"], 2 ** (len(c["block_out_channels"]) - 1), c["temporal_compression_ratio"]
+    if cls == "AutoencoderKLMochi":
+        return c["latent_channels"], math.prod(c["spatial_expansions"]), math.prod(c["temporal_expansions"])
+    if cls == "AutoencoderDC":
+        return c["latent_channels"], 2 ** (len(c["encoder_block_out_channels"]) - 1), None
+    if cls == "AutoencoderKLHunyuanImage":
+        return c["latent_channels"], c["spatial_compression_ratio"], None
+    if cls in ("AutoencoderKLLTXVideo", "AutoencoderKLLTX2Video"):  # stated ratios win, else as the class derives
+        scalings = 2 ** sum(bool(s) for s in c["spatio_temporal_scaling"])
+        return (c["latent_channels"], c["spatial_compression_ratio"] or c["patch_size"] * scalings,
+                c["temporal_compression_ratio"] or c["patch_size_t"] * scalings)
+    # HunyuanVideo, HunyuanVideo 1.5: the class states its ratios.
+    return c["latent_channels"], c["spatial_compression_ratio"], c["temporal_compression_ratio"]
 
 
 def _arch_digest(cfg: dict[str, Any]) -> str:
@@ -133,22 +301,37 @@ def _arch_digest(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
+def spec_from_config(name: str, cfg: dict[str, Any], *, tiny: bool = False, architecture: str | None = None
+                     ) -> ModelSpec:
+    """A ModelSpec for any config of a supported class (a zoo entry, or a user's diffusers ``config.json``)."""
+    if not isinstance(cfg, dict):
+        raise VaememError(f"{name}: a VAE config must be a JSON object")
+    try:
+        latent, spatial, temporal = _geometry(cfg)
+    except (KeyError, TypeError) as e:
+        raise VaememError(f"{name}: config of {cfg.get('_class_name')} lacks or mistypes {e}") from None
+    info = CLASSES[cfg["_class_name"]]
+    ops = tuple(op for op in ("decode", "encode") if op not in dict(info.refused_ops))
+    return ModelSpec(name, cfg["_class_name"], cfg, latent, spatial, temporal, ops, architecture or name, tiny)
+
+
 @lru_cache(maxsize=1)
 def registry() -> dict[str, ModelSpec]:
     """Every known model by CLI name: real configs sorted by name, then the tiny ones.
 
-    A model's ``architecture`` is the first name in that order with identical layers (sdxl -> sd15, sd3 -> flux1).
+    A model's ``architecture`` is the first name in that order with identical layers (sdxl -> sd15, sd3 -> flux1),
+    or the one :data:`SAME_LAYERS` declares (qwen-image -> wan21).
     """
-    text = resources.files("vaemem.models").joinpath("vae_configs.json").read_text()
-    real = json.loads(text)
+    real: dict[str, Any] = {}
+    for file in ("vae_configs.json", "more_vae_configs.json"):
+        real.update(json.loads(resources.files("vaemem.models").joinpath(file).read_text()))
     out: dict[str, ModelSpec] = {}
     first_by_digest: dict[str, str] = {}
     for tiny, configs in ((False, real), (True, TINY_CONFIGS)):
         for name in sorted(configs):
             cfg = configs[name]
-            latent, spatial, temporal, ops = _geometry(cfg)
-            arch = first_by_digest.setdefault(_arch_digest(cfg), name)
-            out[name] = ModelSpec(name, cfg["_class_name"], cfg, latent, spatial, temporal, ops, arch, tiny)
+            arch = SAME_LAYERS.get(name) or first_by_digest.setdefault(_arch_digest(cfg), name)
+            out[name] = spec_from_config(name, cfg, tiny=tiny, architecture=arch)
     return out
 
 

@@ -1,0 +1,38 @@
+"""The predicted time of a sweep: known answers from a synthetic history."""
+
+from __future__ import annotations
+
+import pytest
+
+from vaemem.measuring.eta import predict
+from vaemem.measuring.point import Point
+
+
+def _run(model, op, w, h, op_s, start_s=0.5, tile=None, status="ok"):
+    p = Point(model, op, "fp32", w, h, tile=tile, allocator="glibc-fixed")
+    return {"model": model, "op": op, "dtype": "fp32", "pixels": p.pixels, "tile": tile, "status": status,
+            "op_wall_s": op_s, "run_wall_s": op_s + start_s}
+
+
+def test_time_scales_with_pixels_from_the_nearest_point_of_the_same_kind():
+    history = [_run("sd15", "decode", 64, 64, 1.0), _run("sd15", "decode", 512, 512, 100.0),
+               _run("sd15", "decode", 64, 64, 50.0, status="oom")]  # a failed run says nothing about speed
+    eta = predict([Point("sd15", "decode", "fp32", 128, 64)], history)
+    assert eta.seconds == pytest.approx(0.5 + 2.0) and eta.from_same_point_kind == 1
+    eta = predict([Point("sd15", "decode", "fp32", 512, 256)], history)
+    assert eta.seconds == pytest.approx(0.5 + 50.0)
+
+
+def test_other_models_of_the_kernel_class_are_a_counted_guess_and_tiny_ones_are_ignored():
+    history = [_run("flux1", "decode", 100, 100, 1.0), _run("tiny-kl", "encode", 64, 64, 0.001)]
+    eta = predict([Point("cogview4", "decode", "fp32", 200, 100), Point("wan21", "decode", "fp32", 64, 64),
+                   Point("sd15", "encode", "fp32", 64, 64)], history)
+    assert eta.seconds == pytest.approx(0.5 + 2.0)
+    assert (eta.from_same_point_kind, eta.guessed, eta.unknown) == (0, 1, 2)
+    assert "2 with nothing comparable" in eta.describe()
+
+
+def test_tiled_and_untiled_are_different_kinds():
+    history = [_run("sd15", "decode", 512, 512, 10.0)]
+    eta = predict([Point("sd15", "decode", "fp32", 512, 512, tile=256)], history)
+    assert eta.from_same_point_kind == 0 and eta.guessed == 1
