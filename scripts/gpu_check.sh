@@ -6,7 +6,8 @@
 #   2. a short sweep: two models x two allocators x three resolutions, two runs, fork launcher
 #   3. the same first point through the spawn launcher (both launchers must agree)
 #   4. vaemem fit on the sweep, and the report
-#   5. bench-conv3d --conv3d both at one small size
+#   5. the dry-run peak of every point against its allocated (GPU) or resident (CPU) peak, and the calibration
+#   6. bench-conv3d --conv3d both at one small size
 set -euo pipefail
 device=cuda:0
 out=gpu-check
@@ -76,6 +77,29 @@ if [ -f "$out/coefficients.json" ]; then
   "$vaemem" report --measurements "$out/measurements/$rig.jsonl" --coefficients "$out/coefficients.json" \
     --format markdown | tee "$out/REPORT.md"
 fi
+
+log "dry run against measurement, and the platform's calibration"
+"$python" - "$out/measurements/$rig.jsonl" "$out/coefficients.json" <<'PY' | tee -a "$out/log.txt"
+import json, os, sys
+from vaemem.measuring.store import iter_records
+from vaemem.tracing.trace import TraceSpec, trace
+seen = {}
+for _, _, r in iter_records([sys.argv[1]]):
+    if r["status"] != "ok" or r["point_key"] in seen:
+        continue
+    dry = trace(TraceSpec(r["model"], r["op"], r["dtype"], r["width"], r["height"], r["batch"], r["frames"],
+                          r["tile"])).peak_bytes
+    d = r["delta_bytes"]
+    src = "allocated" if "allocated" in d else "rss"
+    seen[r["point_key"]] = 1
+    print(f"{r['point_key']}: dry run {dry / 2**20:.1f} MiB, {src} peak {d[src] / 2**20:.1f} MiB "
+          f"({d[src] / dry:.2f}x), demand {r['demand_bytes'] / 2**20:.1f} MiB ({r['demand_bytes'] / dry:.2f}x)")
+if os.path.exists(sys.argv[2]):
+    for c in json.load(open(sys.argv[2])).get("calibrations", []):
+        lines = ", ".join(f"{a}: {v['dry_factor']:.3f} x dry + {v['base_bytes'] / 2**20:.0f} MiB"
+                          for a, v in c["architectures"].items())
+        print(f"calibration {c['calibration']}: {lines} (spread {c['spread']:.2f})")
+PY
 
 log "bench-conv3d both"
 "$vaemem" bench-conv3d -m "$bench_model" --conv3d both --frames 9 --res "$bench_res" --runs 3 --device "$device" \

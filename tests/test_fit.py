@@ -185,7 +185,7 @@ def test_file_is_deterministic_and_written_atomically(tmp_path):
     recs = [_record(w=s, h=s) for s in (64, 128, 256)]
     a = co.dumps(_fit(tmp_path, recs).document)
     b = co.dumps(_fit(tmp_path, list(reversed(recs))).document)
-    assert a == b and a.endswith("\n") and '"schema_version": 1' in a
+    assert a == b and a.endswith("\n") and '"schema_version": 2' in a
     out = tmp_path / "fits" / "c.json"
     co.write_atomic(out, a)
     assert out.read_text() == a and [p.name for p in out.parent.iterdir()] == ["c.json"]
@@ -255,15 +255,21 @@ def test_check_catches_a_grouping_that_ignores_a_key(committed, monkeypatch):
 
 def test_the_committed_coefficient_file_is_reproducible():
     """The same check `make check` runs, over the committed data."""
+    from vaemem.tracing.cache import read_cache
+
     data = co.load_dataset([ROOT / "measurements"])
-    result = co.fit_dataset(data, 0.05, co.load_exceptions(ROOT / "fits" / "exceptions.json"))
+    result = co.fit_dataset(data, 0.05, co.load_exceptions(ROOT / "fits" / "exceptions.json"),
+                            read_cache(ROOT / "fits" / "traces.json"))
     assert not result.violations
     assert co.check(ROOT / "fits" / "coefficients.json", co.dumps(result.document)) == []
 
 
 def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
-    (tmp_path / "c.json").write_text('{"schema_version": 2}')
+    (tmp_path / "c.json").write_text('{"schema_version": 3}')
     with pytest.raises(VaememError, match="newer than"):
+        co.read_coefficients(tmp_path / "c.json")
+    (tmp_path / "c.json").write_text('{"schema_version": 2}')
+    with pytest.raises(VaememError, match="lacks models"):
         co.read_coefficients(tmp_path / "c.json")
     (tmp_path / "c.json").write_text('{"schema_version": "1"}')
     with pytest.raises(VaememError, match="not the one this estimator reads"):

@@ -338,3 +338,72 @@ def test_python_api_under_the_cli(tmp_path):
     recs = vaemem.measure(pts, tmp_path / "m.jsonl", rig="api", runs=1, launcher_factory=lambda n: FakeLauncher())
     df = vaemem.load_measurements(tmp_path / "m.jsonl")
     assert len(recs) == len(df) == 2 and set(df["width"]) == {64, 96}
+
+
+# ---- the parent owns the classification (issue 11) ----------------------------------------------------------
+
+from vaemem.measuring.launcher import RunOutcome  # noqa: E402
+from vaemem.measuring.runner import Task, classify, make_record, oom_kill_count  # noqa: E402
+
+_OK = {"status": "ok", "demand_bytes": 123, "rig": {}}
+
+
+def test_a_timeout_wins_over_a_result_the_child_wrote_before_a_slow_exit():
+    rec = make_record(Task(_pts(64)[0], 0), RunOutcome(dict(_OK), -9, True, "", 30.0, 1), rig="r", launcher="fork",
+                      timeout_s=30.0)
+    assert rec["status"] == "timeout" and rec["demand_bytes"] is None and "parent" in rec["status_evidence"]
+
+
+def test_a_sigkill_without_oom_evidence_is_a_crash_and_with_it_an_oom():
+    killed = RunOutcome(None, -9, False, "", 1.0, 1)
+    assert classify(killed) == ("crash", "parent: child died (signal 9) with no OOM evidence")
+    assert classify(killed, oom_kills=0)[0] == "crash"
+    status, evidence = classify(killed, oom_kills=1)
+    assert status == "oom" and "oom_kill count rose by 1" in evidence
+    assert classify(RunOutcome(dict(_OK), 0, False, "", 1.0, 1)) == ("ok", "child: result, exit 0")
+    # a result from a child that then died is not trusted
+    assert classify(RunOutcome(dict(_OK), -11, False, "", 1.0, 1))[0] == "crash"
+
+
+def test_a_crash_does_not_skip_larger_points(tmp_path):
+    pts = _pts(64, 96, 128)
+    fake = FakeLauncher(fail={pts[0].key: "crash"})
+    recs = measure(pts, tmp_path / "r.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake)
+    assert [r["status"] for r in recs] == ["crash", "ok", "ok"]
+
+
+def test_retry_failed_re_measures_crashes_timeouts_and_skips_only(tmp_path):
+    pts = _pts(64, 96, 128, 160)
+    out = tmp_path / "r.jsonl"
+    measure(pts, out, rig="r", runs=1, launcher_factory=lambda n: FakeLauncher(
+        fail={pts[0].key: "crash", pts[1].key: "oom", pts[3].key: "timeout"}))
+    assert measure(pts, out, rig="r", runs=1, launcher_factory=lambda n: FakeLauncher()) == []  # a resume keeps them
+    fake = FakeLauncher()
+    recs = measure(pts, out, rig="r", runs=1, retry_failed=True, launcher_factory=lambda n: fake)
+    assert sorted(p.width for p in fake.ran) == [64, 128, 160]  # the oom is a result, not retried
+    assert all(r["status"] == "ok" for r in recs) and len(out.read_text().splitlines()) == 7  # old lines kept
+
+
+def test_oom_kill_count_reads_cgroup_v1_and_v2(tmp_path):
+    (tmp_path / "memory" / "a").mkdir(parents=True)
+    (tmp_path / "memory" / "a" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    (tmp_path / "v1").write_text("4:memory:/a\n0::/\n")
+    assert oom_kill_count(str(tmp_path / "v1"), str(tmp_path)) == 3
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "memory.events").write_text("low 0\nhigh 0\nmax 2\noom 2\noom_kill 5\n")
+    (tmp_path / "v2").write_text("0::/b\n")
+    assert oom_kill_count(str(tmp_path / "v2"), str(tmp_path)) == 5
+    (tmp_path / "none").write_text("0::/missing\n")
+    assert oom_kill_count(str(tmp_path / "none"), str(tmp_path)) is None
+
+
+def test_an_oom_while_building_is_an_oom(monkeypatch):
+    from vaemem.measuring import worker
+    from vaemem.models import build
+
+    def no_memory(*a, **k):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123 bytes")
+
+    monkeypatch.setattr(build, "build_model", no_memory)
+    result = worker.measure_point(_pts(64)[0], 0.0)
+    assert result["status"] == "oom" and result["error"].startswith("while building")

@@ -80,6 +80,8 @@ def measure(
     rig: Optional[str] = typer.Option(None, help="rig name (default <hostname>-<device type>)"),
     out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/<rig>.jsonl)"),
     force: bool = typer.Option(False, help="re-run runs already recorded for this rig"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="re-measure runs recorded as crash, timeout or "
+                                      "skipped-after-oom (a resume keeps them otherwise)"),
     as_json: bool = typer.Option(False, "--json", help="print the new records as JSON instead of a table"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its predicted time, run nothing"),
 ) -> None:
@@ -109,27 +111,107 @@ def measure(
         from vaemem.measuring.runner import check_options
 
         check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
-        _print_plan(points, out_path, rig_name, runs, force, as_json)
+        _print_plan(points, out_path, rig_name, runs, force, retry_failed, as_json)
         if not dry_run:
-            _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force, gpu_list,
-                       as_json)
+            _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
+                       retry_failed, gpu_list, as_json)
     except VaememError as e:
         _fail(e)
 
 
-def _print_plan(points: list, out: Path, rig: str, runs: int, force: bool, as_json: bool) -> None:
+def _print_plan(points: list, out: Path, rig: str, runs: int, force: bool, retry_failed: bool, as_json: bool
+                ) -> None:
     """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON)."""
     from vaemem.measuring.eta import predict
     from vaemem.measuring.runner import plan, recorded_runs
     from vaemem.measuring.store import expand_paths, iter_records
 
-    tasks = plan(points, runs, set() if force else recorded_runs(out, rig), force)
+    tasks = plan(points, runs, set() if force else recorded_runs(out, rig, retry_failed), force)
     files = set(expand_paths([out.parent])) if out.parent.is_dir() else set()
     files |= {out} if out.exists() else set()
     history = (r for _, _, r in iter_records(sorted(files), skip_bad=True))
     eta = predict([t.point for t in tasks], history)
     typer.echo(f"plan: {len(points)} points x {runs} runs, {len(tasks)} due in {out}: {eta.describe()}",
                err=as_json)
+
+
+@app.command()
+def trace(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="zoo model name (or a label for --config)"),
+    config: Optional[Path] = typer.Option(None, "--config", help="any diffusers VAE config.json instead of a zoo "
+                                          "name"),
+    op: list[str] = typer.Option([], "--op", help="decode or encode (repeatable)"),
+    dtype: str = typer.Option("fp32", help="fp16, bf16 or fp32"),
+    res: list[str] = typer.Option([], "--res", help="WIDTH or WIDTHxHEIGHT in pixels (repeatable)"),
+    batch: list[int] = typer.Option([], "--batch", help="batch size (repeatable, default 1)"),
+    frames: list[int] = typer.Option([], "--frames", help="frames of a video model (repeatable, default 1)"),
+    tile: list[int] = typer.Option([], "--tile", help="square tile side in px: diffusers' tiling (repeatable)"),
+    overlap: float = typer.Option(0.25, help="tile overlap fraction (diffusers' default 0.25)"),
+    attention: str = typer.Option("fused", help="fused (an SDPA kernel) or math (score matrix materialised)"),
+    slicing: bool = typer.Option(False, "--slicing", help="diffusers' enable_slicing: one batch item at a time"),
+    conv3d: str = typer.Option("native", help="native or decomposed (conv2d decomposition; Wan, MiniMax-H3)"),
+    record_to: Optional[Path] = typer.Option(None, "--record", help="merge the results into this dry-run cache "
+                                             "(e.g. fits/traces.json)"),
+    zoo: bool = typer.Option(False, "--zoo", help="instead of a grid: every dry run that derives the structure of "
+                             "every real architecture (what `vaemem fit` reads from fits/traces.json)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...)"),
+) -> None:
+    """Dry-run decode or encode on fake tensors: the exact peak of live tensor bytes the op creates (its input
+    and the weights are baseline), where it happens and how much is the output. No device, no memory."""
+    from vaemem.measuring.point import parse_res
+    from vaemem.tracing import cache as tc
+    from vaemem.tracing.trace import TraceSpec, load_config
+    from vaemem.tracing.trace import trace as run_trace
+
+    try:
+        cfg = None
+        if zoo:
+            from vaemem.tracing.structure import zoo_grid
+
+            specs = zoo_grid()
+        else:
+            if model is None and config is None:
+                raise VaememError("give --model NAME (a zoo model), --config FILE (a diffusers VAE config.json) "
+                                  "or --zoo")
+            cfg = load_config(str(config)) if config is not None else None
+            name = model or (f"config:{config.stem}" if config is not None else "")
+            if not op or not res:
+                raise VaememError("a dry run needs at least one --op and one --res")
+            specs = [TraceSpec(name, o, dtype, *parse_res(r), b, f, t, overlap, attention, slicing, conv3d)
+                     for o in op for r in res for b in (batch or [1]) for f in (frames or [1])
+                     for t in (tile or [None])]
+        if record_to is not None and cfg is not None:
+            raise VaememError("--record keeps zoo models only: a config file has no stable name")
+        done = set(tc.read_cache(record_to)["entries"]) if zoo and record_to is not None and record_to.exists() \
+            else set()
+        results = []
+        for s in specs:
+            if s.key in done:  # a resumed --zoo --record skips what the cache holds
+                continue
+            results.append(run_trace(s, cfg))
+            if record_to is not None:  # one at a time: an interrupted --zoo keeps what it traced
+                tc.record(record_to, results[-1:])
+        if zoo and record_to is not None:  # the cache holds exactly the zoo grid
+            tc.keep_only(record_to, {s.key for s in specs})
+        if not results:
+            typer.echo(f"nothing to do: {record_to} holds all {len(specs)} dry runs")
+            return
+    except VaememError as e:
+        _fail(e)
+    if as_json:
+        out = [r.to_dict() for r in results]
+        typer.echo(json.dumps(out[0] if len(out) == 1 else out, indent=1, sort_keys=True))
+        return
+    from rich.table import Table
+
+    table = Table("point", "peak MiB", "output MiB", "input MiB", "peak in", "replayed", "s",
+                  title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})")
+    for r in results:
+        table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}", f"{r.output_bytes / MIB:.1f}",
+                      f"{r.input_bytes / MIB:.1f}", r.peak_module, str(r.replayed_calls), f"{r.wall_s:.2f}")
+    _console().print(table)
+    if record_to is not None:
+        typer.echo(f"recorded {len(results)} dry runs in {record_to}")
 
 
 def _parse_devices(text: str | None) -> list[int] | None:
@@ -145,7 +227,7 @@ def _parse_devices(text: str | None) -> list[int] | None:
 
 
 def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, timeout: float, force: bool,
-               devices: list[int] | None, as_json: bool) -> None:
+               retry_failed: bool, devices: list[int] | None, as_json: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
@@ -174,7 +256,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
 
         try:
             run_measure(points, out, rig=rig, runs=runs, launcher=launcher, timeout_s=timeout, force=force,
-                        devices=devices, on_record=on_record, on_plan=on_plan)
+                        retry_failed=retry_failed, devices=devices, on_record=on_record, on_plan=on_plan)
         finally:
             bar.stop()
     except KeyboardInterrupt:
@@ -192,6 +274,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
 
 DEFAULT_COEFFICIENTS = Path("fits/coefficients.json")
 DEFAULT_EXCEPTIONS = Path("fits/exceptions.json")
+DEFAULT_TRACES = Path("fits/traces.json")
 
 
 @app.command()
@@ -203,15 +286,26 @@ def fit(
     exceptions: Path = typer.Option(DEFAULT_EXCEPTIONS, help="groups allowed past the quality bound, with reasons"),
     check_only: bool = typer.Option(False, "--check", help="re-derive and fail on any difference from --out"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
+    traces: Path = typer.Option(DEFAULT_TRACES, help="dry-run cache the structures come from (vaemem trace --zoo "
+                                "--record); absent: pixel lines only"),
 ) -> None:
-    """Fit upper-envelope coefficients per group and write the coefficient file atomically."""
+    """Fit upper-envelope coefficients per group, the dry-run structures and the per-platform calibrations, and
+    write the coefficient file atomically. --check also verifies the dry-run cache (its digest, and that it was
+    made with the installed torch and diffusers)."""
     from vaemem.fit import coefficients as co
+    from vaemem.tracing import cache as tc
 
     try:
         data = co.load_dataset(measurements, skip_bad=skip_bad)
         for bad in data.skipped:
             typer.echo(f"skipped {bad}", err=True)
-        result = co.fit_dataset(data, margin, co.load_exceptions(exceptions))
+        cache = tc.read_cache(traces) if traces.exists() else None
+        if check_only and cache is not None:
+            stale = tc.check_versions(cache)
+            if stale:
+                raise VaememError(f"{traces}: " + "; ".join(stale) + ": re-run `vaemem trace --zoo --record "
+                                  f"{traces}` with this torch", 1)
+        result = co.fit_dataset(data, margin, co.load_exceptions(exceptions), cache)
         text = co.dumps(result.document)
         if result.violations:
             for v in result.violations:
@@ -225,7 +319,9 @@ def fit(
                     typer.echo(f"differs: {d}", err=True)
                 raise VaememError(f"{out} is not what the measurements give ({len(diffs)} differences); "
                                   f"run `vaemem fit` and commit the result", 1)
-            typer.echo(f"{out} is reproducible from {data.runs} runs ({len(result.document['groups'])} groups)")
+            doc = result.document
+            typer.echo(f"{out} is reproducible from {data.runs} runs ({len(doc['groups'])} pixel-line groups, "
+                       f"{len(doc['calibrations'])} calibrations, {len(doc['structures'])} structures)")
             return
         co.write_atomic(out, text)
         _console().print(_coefficient_table(result.document))
@@ -254,10 +350,13 @@ def diff(
     old: Path = typer.Argument(..., help="coefficient file before"),
     new: Path = typer.Argument(..., help="coefficient file after"),
     res: list[str] = typer.Option(["512", "1024"], "--res", help="resolutions to price (repeatable)"),
+    tile: int = typer.Option(256, help="tile side in px used to price tiled groups"),
 ) -> None:
-    """Reservations per group before and after, in MiB, at chosen resolutions (batch 1, one frame, untiled)."""
+    """Reservations per measured group before and after, in MiB, at chosen resolutions (batch 1, one frame; tiled
+    groups at --tile), each priced by the estimator exactly as an app would be."""
     from rich.table import Table
 
+    from vaemem import estimate as est
     from vaemem.fit.coefficients import read_coefficients
     from vaemem.measuring.point import parse_res
 
@@ -265,14 +364,22 @@ def diff(
         a, b = read_coefficients(old), read_coefficients(new)
         sizes = [parse_res(r) for r in res]
         ga, gb = ({g["group"]: g for g in d["groups"]} for d in (a, b))
+
+        def price(doc: dict, g: dict | None, w: int, h: int) -> str:
+            if g is None:
+                return "-"
+            try:
+                e = est.explain(g["architecture"], g["op"], w, h, dtype=g["dtype"], backend=g["conv_backend"],
+                                allocator=g["allocator"], os=g["os"], tile=tile if g["tiled"] else None,
+                                coefficients=doc)
+            except ValueError:
+                return "n/a"
+            return f"{e.bytes / MIB:.0f}"
+
         table = Table("group", *[f"{w}x{h} before -> after MiB" for w, h in sizes], title=f"{old} -> {new}")
         for gid in sorted(set(ga) | set(gb)):
-            cells = []
-            for w, h in sizes:
-                price = [(g["slope_bytes_per_pixel"] * w * h + g["base_bytes"]) / MIB if g else None
-                         for g in (ga.get(gid), gb.get(gid))]
-                cells.append(" -> ".join("-" if p is None else f"{p:.0f}" for p in price))
-            table.add_row(gid, *cells)
+            table.add_row(gid, *[f"{price(a, ga.get(gid), w, h)} -> {price(b, gb.get(gid), w, h)}"
+                                 for w, h in sizes])
         _console().print(table)
     except VaememError as e:
         _fail(e)
@@ -344,21 +451,25 @@ def report(
 ) -> None:
     """Reservation / measured demand for the fitted coefficients (in-sample and held out), the legacy rule and
     the other app's rule: per group and overall."""
-    from vaemem.report import accuracy
+    from vaemem.report import accuracy, structural
 
     try:
         if fmt not in ("table", "markdown", "json"):
             raise VaememError(f"unknown --format {fmt!r}; choose one of: table, markdown, json")
         data, coef = _load_fit(measurements, coefficients)
         summary = accuracy.summarize(accuracy.point_ratios(data, coef))
+        structure = structural.summary(data, coef)
     except VaememError as e:
         _fail(e)
     if fmt == "json":
-        typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+        typer.echo(json.dumps({**summary, "structural": structure}, indent=1, sort_keys=True))
     elif fmt == "markdown":
-        typer.echo(accuracy.markdown(summary), nl=False)
+        head = ("## Pixel lines per group\n\nThe schema-1 rule (slope x pixels x frames + base), held out, for "
+                "comparison; \"fitted\" is the file's own price where a group is still priced by its pixel line.\n\n")
+        typer.echo(head + accuracy.markdown(summary) + "\n" + structural.markdown(structure), nl=False)
     else:
         _console().print(accuracy.rich_table(summary))
+        typer.echo(structural.markdown(structure))
 
 
 @app.command()

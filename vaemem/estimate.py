@@ -7,21 +7,29 @@ file. Usage::
     need = working_memory_bytes("sdxl", "decode", 1024, 1024, dtype="fp32", loaded_dtype="fp16",
                                 backend="cudnn", allocator="native", os="linux", coefficients="coefficients.json")
 
-Pricing, in this order:
+The file (schema 2) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
+(conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
+envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
+single_frame_bytes for a one-frame clip of a video model)`` over the measured points,
+one per measured architecture and one pooled over the class. Pricing, in this declared order:
 
-1. **Exact group** (architecture, op, conv backend, allocator, dtype, OS, tiled) in the file:
-   ``slope x pixels [+ tile_slope x tile^2] + base`` (the margin is already in the file), where pixels =
-   width x height x batch x frames: batch and frames scale the pixel term, never the base.
-2. **Declared fallback** for a platform with no group at all (backend / allocator / OS never measured):
-   ``max(legacy rule, the highest measured envelope of the same architecture, op, dtype and tiling on any
-   platform)``. It is never below the legacy rule that apps used before vaemem, and it does not repeat that rule's
-   known under-reservation of models measured elsewhere (CogView4 needs twice what the legacy rule gives).
+(a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
+    (or, where no structure covers the request, e.g. tiled video, its measured pixel line
+    ``slope x pixels [+ tile_slope x tile^2] + base``);
+(b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
+    line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
+    (factors within 15 %) or the transfer is unverified;
+(c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
+    dry(SD family))``, both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
+    taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
+    measurement never sets a GPU platform's price.
 
-Then, in both cases, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
+Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size).
 
-A platform that was measured, but not in the requested dtype, is an error (ValueError naming the dtypes that
-have a line) rather than a guess.
+A platform that was measured for this architecture, but not in the requested dtype, is an error (ValueError naming
+the dtypes measured) rather than a guess. The margin is already in the file.
 """
 
 from __future__ import annotations
@@ -31,7 +39,13 @@ import os as _os
 
 # Kept light on purpose (no dataclasses, typing or pathlib): apps import this on their start-up path.
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
+# shares one structure.
+STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
+PLATFORM_KEYS = ("conv_backend", "allocator", "dtype", "os", "op", "tiled")
+AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio
+REFERENCE_MODEL = "sd15"  # the SD family, the legacy rule's reference in the fallback
 MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 OPS = ("decode", "encode")
@@ -43,7 +57,7 @@ GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", 
 LEGACY_K = {"miopen": {"decode": 3600, "encode": 2750}, "default": {"decode": 2200, "encode": 1100}}
 LEGACY_FP32_SD_DECODE_EXTRA = 250 * MIB
 LEGACY_TILED_FACTOR = 1.25
-# The other app's rule (ComfyUI), for side-by-side reports only.
+# ComfyUI's image rule, for side-by-side reports only (its per-model video rules are in comfy_bytes).
 COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
 
@@ -97,10 +111,17 @@ def load(path: object = None) -> dict:
         version = data.get("schema_version") if isinstance(data, dict) else None
         if version != SCHEMA_VERSION:
             newer = isinstance(version, int) and version > SCHEMA_VERSION
+            hint = ("; upgrade vaemem" if newer else
+                    "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
+                    "readable)" if version == 1 else "")
             raise ValueError(f"coefficient file {p} has schema_version {version!r}, "
                              f"{'newer than' if newer else 'not'} the one this estimator reads ({SCHEMA_VERSION})"
-                             + ("; upgrade vaemem" if newer else ""))
-        data["_index"] = {_group_id(g): g for g in data["groups"]}
+                             + hint)
+        for field, kind in (("models", dict), ("groups", list)):
+            if not isinstance(data.get(field), kind):
+                raise ValueError(f"coefficient file {p} lacks {field} (a {kind.__name__}): not a vaemem coefficient "
+                                 f"file, or damaged; regenerate it with `vaemem fit`")
+        _index(data)
         _CACHE[key] = data
     return data
 
@@ -109,8 +130,60 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _tiling(tiled: bool) -> str:
+    return "tiled" if tiled else "untiled"
+
+
 def _group_id(key: dict) -> str:
-    return "/".join(str(key[k]) if k != "tiled" else ("tiled" if key[k] else "untiled") for k in GROUP_KEYS)
+    """``sd15/decode/onednn/glibc-fixed/fp32/linux/untiled``: the name of a measured pixel-line group."""
+    return "/".join(str(key[k]) if k != "tiled" else _tiling(key[k]) for k in GROUP_KEYS)
+
+
+group_id = _group_id
+
+
+def platform_id(key: dict) -> str:
+    """``onednn/glibc-fixed/fp32/linux/decode/untiled``: the platform part of a key (no architecture)."""
+    return "/".join(str(key[k]) if k != "tiled" else _tiling(key[k]) for k in PLATFORM_KEYS)
+
+
+def calibration_id(key: dict, kernel: str) -> str:
+    return f"{kernel}/{platform_id(key)}"
+
+
+def structure_key(architecture: str, op: str, dtype: str, tiled: bool) -> str:
+    return f"{architecture}/{op}/{STRUCTURE_DTYPE[dtype]}/{_tiling(tiled)}"
+
+
+def _index(data: dict) -> None:
+    data["_index"] = {_group_id(g): g for g in data["groups"]}
+    data["_calib"] = {c["calibration"]: c for c in data.get("calibrations", [])}
+
+
+def tiled_features(width: int, height: int, tile: int, factor: int, overlap: float) -> list[float]:
+    """Basis of a tiled dry run: [tile^2, tiles visited x tile^2, width x height, 1]. Tiles visited: diffusers'
+    loops step through the latent by int(tile / factor x (1 - overlap)) along each side."""
+    stride = max(1, int(tile // factor * (1 - overlap)))
+    n = -(-(height // factor) // stride) * -(-(width // factor) // stride)
+    return [float(tile * tile), float(n * tile * tile), float(width * height), 1.0]
+
+
+def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
+    """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
+    base given at frame knots, linear between them and extrapolated along the last segment past the last
+    knot (by then the growth is the output clip's). Tiled: the tiled basis. Batch multiplies the whole (dry runs scale exactly with batch)."""
+    if s["kind"] == "tiled":
+        feats = tiled_features(width, height, tile or 0, s["spatial_factor"], s["overlap"])
+        return batch * sum(c * x for c, x in zip(s["coef"], feats))
+    knots, area = s["knots"], max(width * height, s.get("area_min", 0))
+    terms = (s["bytes_per_pixel"], s["bytes_per_pixel_squared"], s["base_bytes"])
+    if len(knots) == 1 or frames <= knots[0]:
+        a, q, b = (t[0] for t in terms)
+    else:  # linear between knots, and past the last one along the last segment
+        i = next((i for i, k in enumerate(knots) if k >= frames), len(knots) - 1)
+        u = (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
+        a, q, b = (t[i - 1] + (t[i] - t[i - 1]) * u for t in terms)
+    return batch * (a * area + q * area * area + b)
 
 
 def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, sd_family: bool, batch: int = 1,
@@ -123,9 +196,44 @@ def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, 
     return width * height * batch * frames * ELEMENT_SIZE[dtype] * k + extra
 
 
-def comfy_bytes(op: str, width: int, height: int, *, dtype: str, amd: bool, batch: int = 1, frames: int = 1) -> int:
-    """The other app's rule: k[op] x H x W x element size x (2.73 on AMD GPUs, else 1)."""
-    return int(COMFY_K[op] * width * height * batch * frames * ELEMENT_SIZE[dtype] * (COMFY_AMD_FACTOR if amd else 1.0))
+def comfy_bytes(op: str, width: int, height: int, *, dtype: str, amd: bool, batch: int = 1, frames: int = 1,
+                model: dict | None = None) -> int:
+    """ComfyUI's rules (structure.md), for side-by-side reports. Images: k[op] x H x W x element size x (2.73 on
+    AMD GPUs). Video decode, per model (h, w latent, T latent frames): Wan 2.1 ``(2200 if T <= 4 else 7000) x h x
+    w x 64 x es``; Wan 2.2 ``8000 x h x w x 256 x es``; HunyuanVideo ``2800 x min(8, (T-1) x 4 + 1) x h x w x 64 x
+    es``; LTX-Video ``1200 x T x h x w x 512 x es``. Other video: the image rule over every frame."""
+    es = ELEMENT_SIZE[dtype]
+    m = model or {}
+    family, f, tf = m.get("family"), m.get("spatial_factor", 8), m.get("temporal_factor")
+    if op == "decode" and tf:
+        h, w, t = height // f, width // f, (frames - 1) // tf + 1
+        if family == "wan":
+            k = 8000 * 256 if f == 16 else (2200 if t <= 4 else 7000) * 64
+            return int(k * h * w * es * batch)
+        if family == "hunyuanvideo":
+            return int(2800 * min(8, (t - 1) * 4 + 1) * h * w * 64 * es * batch)
+        if family in ("ltx", "ltx2"):
+            return int(1200 * t * h * w * 512 * es * batch)
+    return int(COMFY_K[op] * width * height * batch * frames * es * (COMFY_AMD_FACTOR if amd else 1.0))
+
+
+def invokeai_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, batch: int = 1, frames: int = 1,
+                   tile: int | None = None, model: dict | None = None) -> int:
+    """InvokeAI's rules (structure.md), for side-by-side reports. Wan: a per-frame term ``H x W x es x K`` (K 2900
+    for one frame, 6750 multi-frame decode, 1450 encode) plus the clip ``copies x 3 x frames x H x W x es`` (2
+    copies decode, 1 encode); MiniMax-H3 encode ``(17 x H x W x es x 14 + clip) x 1.6``; everything else the
+    legacy rule (InvokeAI's own image rule)."""
+    es = ELEMENT_SIZE[dtype]
+    m = model or {}
+    px = width * height
+    if m.get("family") == "wan" and tile is None:
+        k = (2900 if frames == 1 else 6750) if op == "decode" else 1450
+        copies = 2 if op == "decode" else 1
+        return int((px * es * k + copies * 3 * frames * px * es) * batch)
+    if m.get("family") == "minimax" and op == "encode" and tile is None:
+        return int((17 * px * es * 14 + 3 * frames * px * es) * 1.6 * batch)
+    return legacy_bytes(op, width, height, dtype=dtype, backend=backend, sd_family=m.get("family") == "sd",
+                        batch=batch, frames=frames, tile=tile)
 
 
 def _check_request(op: str, width: int, height: int, dtype: str, loaded_dtype: str | None, backend: str,
@@ -143,21 +251,45 @@ def _check_request(op: str, width: int, height: int, dtype: str, loaded_dtype: s
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
-def _check_model(coef: dict, model: str, width: int, height: int, frames: int,
-                 tile: int | None) -> dict:
-    """The model's entry in the file, after the checks that need it."""
+def _check_model(coef: dict, model: str, op: str, width: int, height: int, frames: int, tile: int | None) -> dict:
+    """The model's entry in the file, after the checks that need it (the same rules as ``vaemem measure``)."""
     models = coef["models"]
     if model not in models:
         raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(models))}")
     m = models[model]
+    if op not in m.get("ops", OPS):
+        raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
     f = m["spatial_factor"]
     if width % f or height % f:
         raise ValueError(f"{model} needs width and height in multiples of {f} px, got {width}x{height}")
-    if tile is not None and (not isinstance(tile, int) or tile <= 0 or tile % f):
-        raise ValueError(f"tile must be a positive multiple of {f} px for {model}, got {tile!r}")
-    if m["temporal_factor"] is None and frames != 1:
-        raise ValueError(f"{model} is an image model: frames must be 1")
+    if tile is not None:
+        if not isinstance(tile, int) or tile <= 0 or tile % f:
+            raise ValueError(f"tile must be a positive multiple of {f} px for {model}, got {tile!r}")
+        if tile >= max(width, height):
+            raise ValueError(f"tile {tile} is not smaller than {width}x{height}: no tiling would happen")
+    step = m.get("frame_step") or m["temporal_factor"]
+    if m["temporal_factor"] is None:
+        if frames != 1:
+            raise ValueError(f"{model} is an image model: frames must be 1")
+    elif (frames - 1) % step:
+        raise ValueError(f"{model} takes clips of 1 + {step}k frames ({', '.join(str(1 + step * k) for k in range(4))}"
+                         f", ...), got {frames}")
     return m
+
+
+def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
+                  frames: int = 1, tile: int | None = None) -> float | None:
+    """The dry-run peak (bytes of live tensors the op creates) from the file's structure, or None where no
+    structure covers the request (tiled video, an architecture never dry-run)."""
+    m = coef["models"][model]
+    s = coef.get("structures", {}).get(structure_key(m["architecture"], op, dtype, tile is not None))
+    return None if s is None else structure_bytes(s, width, height, batch, frames, tile)
+
+
+def _line(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
+    """A calibration line at a dry-run peak (``single_frame``: a one-frame clip of a video model)."""
+    return (c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
+            + ((c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)) if single_frame else 0.0))
 
 
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
@@ -167,8 +299,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     _check_request(op, width, height, dtype, loaded_dtype, backend, batch, frames)
     coef = coefficients if isinstance(coefficients, dict) else load(coefficients)
     if "_index" not in coef:
-        coef["_index"] = {_group_id(g): g for g in coef["groups"]}
-    m = _check_model(coef, model, width, height, frames, tile)
+        _index(coef)
+    m = _check_model(coef, model, op, width, height, frames, tile)
     pixels = width * height * batch * frames
     tile_px = tile * tile if tile else 0
     key = {"architecture": m["architecture"], "op": op, "conv_backend": backend, "allocator": allocator,
@@ -177,37 +309,63 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     cast = 0
     if loaded_dtype is not None and ELEMENT_SIZE[dtype] > ELEMENT_SIZE[loaded_dtype]:
         cast = m["parameters"] * (ELEMENT_SIZE[dtype] - ELEMENT_SIZE[loaded_dtype])
+    kw = {"dtype": dtype, "frames": frames, "tile": tile}
+    dry = dry_run_bytes(coef, model, op, width, height, batch=batch, **kw)
+    calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
 
-    def price(g: dict) -> int:
-        return int(g["slope_bytes_per_pixel"] * pixels + g.get("tile_slope_bytes_per_tile_pixel", 0.0) * tile_px
-                   + g["base_bytes"])
+    if dry is not None and calib is not None:
+        dry1 = dry_run_bytes(coef, model, op, width, height, batch=1, **kw)
+        own = calib["architectures"].get(m["architecture"])
+        line = own if own is not None else calib["class"]
+        env = int(_line(line, dry, dry1, m["temporal_factor"] is not None and frames == 1))
+        if own is not None:
+            source = "measured"
+            reason = (f"measured on this platform ({own['n_points']} points): {own['dry_factor']:.3f} x dry-run peak "
+                      f"{dry / MIB:.0f} MiB")
+            if dry > own["dry_bytes_max"]:
+                reason += f", {dry / own['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
+        else:
+            source = "transfer"
+            agree = "architectures agree" if calib["agree"] else "UNVERIFIED: its architectures disagree"
+            reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
+                      f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}) at "
+                      f"dry-run peak {dry / MIB:.0f} MiB")
+        return Estimate(env + cast, source, calib["calibration"], reason, env, cast, 0, pixels)
 
     exact = coef["_index"].get(gid)
     if exact is not None:
-        env = price(exact)
-        reason = "measured group"
+        env = int(exact["slope_bytes_per_pixel"] * pixels
+                  + exact.get("tile_slope_bytes_per_tile_pixel", 0.0) * tile_px + exact["base_bytes"])
+        reason = "measured pixel line (no dry-run structure covers this request)"
         if pixels > exact.get("pixels_max", pixels):  # honest about extrapolation: the line is only measured so far
             reason += f", extrapolated to {pixels / exact['pixels_max']:.1f}x its largest measured size"
-        return Estimate(env + cast, "exact", gid, reason, env, cast, 0, pixels)
+        return Estimate(env + cast, "measured", gid, reason, env, cast, 0, pixels)
 
     platform = {k: key[k] for k in ("architecture", "op", "conv_backend", "allocator", "os", "tiled")}
-    same_platform = [g for g in coef["groups"] if all(g[k] == v for k, v in platform.items())]
-    if same_platform:
-        have = sorted({g["dtype"] for g in same_platform})
+    have = sorted({g["dtype"] for g in coef["groups"] if all(g[k] == v for k, v in platform.items())}
+                  | {c["dtype"] for c in coef.get("calibrations", []) if m["architecture"] in c["architectures"]
+                     and all(c[k] == v for k, v in platform.items() if k != "architecture")})
+    if have:
         raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
                          f"measured dtypes there: {', '.join(have)}")
 
     floor = legacy_bytes(op, width, height, dtype=dtype, backend=backend, sd_family=m["family"] == "sd",
-                         batch=batch, frames=frames, tile=tile)
-    similar = [g for g in coef["groups"] if g["architecture"] == key["architecture"] and g["op"] == op
-               and g["dtype"] == dtype and g["tiled"] == key["tiled"]]
-    best = max(similar, key=price, default=None)
-    env = price(best) if best is not None else 0
-    if env + cast > floor:
-        reason = f"platform not measured: highest measured envelope of this model elsewhere ({best['group']})"
-        return Estimate(env + cast, "fallback", best["group"], reason, env, cast, floor, pixels)
-    reason = "platform not measured: legacy rule" + (f" (above the measured {best['group']})" if best else "")
-    return Estimate(floor, "fallback", best["group"] if best else None, reason, env, cast, floor, pixels)
+                         batch=batch, frames=1 if dry is not None else frames, tile=tile)
+    ref = dry_run_bytes(coef, REFERENCE_MODEL, op, width, height, batch=batch, dtype=dtype, tile=tile) \
+        if REFERENCE_MODEL in coef["models"] else None
+    if dry is not None and ref:
+        ratio = dry / ref
+        env = int(floor * ratio)
+        if ratio > 1:
+            reason = (f"platform not measured: legacy rule x {ratio:.2f} (dry-run peak {dry / MIB:.0f} MiB against "
+                      f"{ref / MIB:.0f} MiB of the SD family)")
+            return Estimate(env + cast, "fallback", None, reason, env, cast, floor, pixels)
+        reason = f"platform not measured: legacy rule (dry-run peak {ratio:.2f}x the SD family's)"
+    else:
+        env = 0
+        reason = "platform not measured: legacy rule (no dry-run structure" + \
+                 (", frames priced as pixels)" if frames > 1 else ")")
+    return Estimate(floor + cast, "fallback", None, reason, env, cast, floor, pixels)
 
 
 def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,

@@ -14,23 +14,23 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.fit.envelope import MIB, Line, fit_envelope
+from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
+from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.store import BadLine, dumps_line, expand_paths, iter_records
 
-COEFFICIENTS_SCHEMA_VERSION = 1
+COEFFICIENTS_SCHEMA_VERSION = 2
 EXCEPTIONS_SCHEMA_VERSION = 1
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
 QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
 SLOPE_STEP = 0.01  # bytes per pixel
 BASE_STEP = MIB
+FACTOR_STEP = 1e-4  # calibration factors (dimensionless)
 FIT_METHOD = ("upper envelope by linear programme (scipy.optimize.linprog, HiGHS): minimise sum(line/demand) "
               "subject to line >= demand at every point, slope >= 0, base >= 0; then x (1 + margin), rounded up")
 
@@ -68,6 +68,7 @@ class PointDemand:
     point: dict[str, Any] = field(default_factory=dict)  # model, width, height, batch, frames, tile
     run_demands: list[int] = field(default_factory=list)  # every ok run, bytes
     sources: list[str] = field(default_factory=list)
+    torch_version: str = "?"
 
 
 @dataclass
@@ -119,7 +120,8 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         if pd is None:
             shape = {k: r[k] for k in ("model", "width", "height", "batch", "frames", "tile")}
             pd = points[ident] = PointDemand(rig["name"], r["point_key"], pixels, (r["tile"] or 0) ** 2, demand,
-                                             0, rig.get("backend", "?"), shape)
+                                             0, rig.get("backend", "?"), shape,
+                                             torch_version=str(rig.get("torch_version", "?")))
         pd.demand_bytes = max(pd.demand_bytes, demand)
         pd.run_demands.append(demand)
         pd.runs += 1
@@ -167,9 +169,13 @@ class FitResult:
     violations: list[str]  # points past the quality bound in groups with no exception
 
 
-def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] | None = None) -> FitResult:
-    """Fit every group and build the coefficient document (a dict, ready for :func:`dumps`)."""
+def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] | None = None,
+                traces: dict[str, Any] | None = None) -> FitResult:
+    """Fit every group and build the coefficient document (a dict, ready for :func:`dumps`). ``traces`` is the
+    dry-run cache (:mod:`vaemem.tracing.cache`) the structures are derived from; without it the file has pixel
+    lines only."""
     from vaemem.models.zoo import PARAMETERS, registry
+    from vaemem.tracing.structure import derive_all
 
     if not 0 <= margin < 1:
         raise VaememError(f"margin must be in [0, 1), got {margin}")
@@ -178,7 +184,22 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     if unknown:
         raise VaememError(f"exceptions name groups with no data: {', '.join(sorted(unknown))}")
     groups, unfitted, violations = [], [], []
+    structures = derive_all(list(traces["entries"].values())) if traces else {}
+    calibrations = calibrate(data, structures, margin)
+    calibrated = set()  # groups priced by a calibration line: their pixel line would be dead data
+    for cal in calibrations:
+        for arch, line in cal["architectures"].items():
+            gid = group_id({**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": arch})
+            calibrated.add(gid)
+            if line["worst_ratio"] > QUALITY_BOUND:
+                if gid in exceptions:
+                    line["exception"] = exceptions[gid]
+                else:
+                    violations.append(f"calibration {cal['calibration']} of {arch}: reserves up to "
+                                      f"{line['worst_ratio']:.2f}x a measured demand")
     for gid, (key, pts) in sorted(data.groups.items()):
+        if gid in calibrated:
+            continue
         pixels = [p.pixels for p in pts]
         if len(set(pixels)) < 2:
             unfitted.append({**key, "group": gid, "reason": "fewer than 2 distinct pixel counts", "n_points": len(pts)})
@@ -206,6 +227,8 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     models = {name: {"architecture": s.architecture, "parameters": PARAMETERS[name],
                      "force_upcast": bool(s.config.get("force_upcast", False)),
                      "spatial_factor": s.spatial_factor, "temporal_factor": s.temporal_factor,
+                     "frame_step": s.info.frame_step, "kernel": s.kernel, "ops": list(s.ops),
+                     "refused": {op: s.refusal(op) for op in ("decode", "encode") if s.refusal(op)},
                      "family": "sd" if s.class_name == "AutoencoderKL" and s.latent_channels == 4 else s.family}
               for name, s in reg.items() if s.architecture in archs or not s.tiny}
     document = {
@@ -213,7 +236,8 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         "fit_method": FIT_METHOD,
         "margin": margin,
         "quality_bound": QUALITY_BOUND,
-        "rounding": {"slope_bytes_per_pixel": SLOPE_STEP, "base_bytes": BASE_STEP, "direction": "up"},
+        "rounding": {"slope_bytes_per_pixel": SLOPE_STEP, "base_bytes": BASE_STEP, "factor": FACTOR_STEP,
+                     "direction": "up"},
         "pixels": "output pixels x batch x frames for decode, input pixels x batch x frames for encode; tiled "
                   "groups add tile_slope_bytes_per_tile_pixel x tile^2",
         "cast_term": "parameters x (run element size - loaded element size) when the run dtype is wider",
@@ -224,29 +248,92 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         "models": models,
         "groups": groups,
         "unfitted": unfitted,
+        "structures": structures,
+        "calibrations": calibrations,
+        "dry_runs": ({k: traces[k] for k in ("torch_version", "diffusers_version", "entries_sha256")}
+                     | {"n_entries": len(traces["entries"])}) if traces else None,
     }
     return FitResult(document, violations)
+
+
+def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple[float, float] | None:
+    """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structure."""
+    from vaemem import estimate as est
+
+    s = structures.get(est.structure_key(key["architecture"], key["op"], key["dtype"], key["tiled"]))
+    if s is None:
+        return None
+    w, h, f, t = point["width"], point["height"], point["frames"], point["tile"]
+    return (est.structure_bytes(s, w, h, point["batch"], f, t), est.structure_bytes(s, w, h, 1, f, t))
+
+
+def calibration_line(rows: list[tuple[float, float, int, bool]], margin: float) -> dict[str, Any]:
+    """The stored envelope of (dry, dry of one sample, demand, single frame of a video model) rows:
+    ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
+    one-frame clip)``,
+    x (1 + margin), rounded up. The per-sample term is free only where the rows hold more than one batch size, the
+    single-frame term only where they hold one-frame and longer clips of a video model (a one-frame clip is its own
+    regime: MiniMax-H3 and Wan encode one frame with other kernels, at up to 2x the factor of a longer clip)."""
+    dry, dry1, demand = ([r[i] for r in rows] for i in range(3))
+    single = [1.0 if r[3] else 0.0 for r in rows]
+    batched = any(abs(a - b) > 0.5 for a, b in zip(dry, dry1))
+    regimes = 0.0 < sum(single) < len(rows)
+    names = ["dry_factor", *(["per_sample_factor"] if batched else []), "base_bytes",
+             *(["single_frame_factor", "single_frame_bytes"] if regimes else [])]
+    columns = {"dry_factor": dry, "per_sample_factor": dry1, "base_bytes": [1.0] * len(rows),
+               "single_frame_factor": [a * s for a, s in zip(dry, single)], "single_frame_bytes": single}
+    coef = dict(zip(names, fit_upper([columns[n] for n in names], demand)))
+    line = {"dry_factor": ceil_step(coef["dry_factor"] * (1 + margin), FACTOR_STEP),
+            "per_sample_factor": ceil_step(coef.get("per_sample_factor", 0.0) * (1 + margin), FACTOR_STEP),
+            "base_bytes": int(ceil_step(coef["base_bytes"] * (1 + margin), BASE_STEP)),
+            "single_frame_factor": ceil_step(coef.get("single_frame_factor", 0.0) * (1 + margin), FACTOR_STEP),
+            "single_frame_bytes": int(ceil_step(coef.get("single_frame_bytes", 0.0) * (1 + margin), BASE_STEP))}
+    ratios = [(line["dry_factor"] * a + line["per_sample_factor"] * b + line["base_bytes"]
+               + (line["single_frame_factor"] * a + line["single_frame_bytes"]) * s) / d
+              for a, b, d, s in zip(dry, dry1, demand, single)]
+    return {**line, "n_points": len(rows), "worst_ratio": round(max(ratios), 4),
+            "median_ratio": round(statistics.median(ratios), 4), "dry_bytes_max": int(max(dry))}
+
+
+def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
+    """Per platform and kernel class: one calibration line per measured architecture and one pooled over the
+    class (see :mod:`vaemem.estimate`). Points whose architecture has no structure for them are left out (they
+    keep their pixel line)."""
+    from vaemem import estimate as est
+    from vaemem.models.zoo import get_spec
+
+    buckets: dict[str, tuple[dict[str, Any], str, dict[str, list], set[str]]] = {}
+    for gid, (key, pts) in sorted(data.groups.items()):
+        spec = get_spec(pts[0].point["model"])
+        for p in pts:
+            d = dry_of(p.point, key, structures)
+            if d is None:
+                continue
+            cid = est.calibration_id(key, spec.kernel)
+            entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
+            single = spec.is_video and p.point["frames"] == 1
+            entry[2].setdefault(key["architecture"], []).append((d[0], d[1], p.demand_bytes, single))
+            entry[3].add(p.torch_version)
+    out = []
+    for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
+        archs = {a: calibration_line(rows, margin) for a, rows in sorted(per_arch.items())
+                 if len({r[0] for r in rows}) >= 2}
+        if not archs:
+            continue
+        pooled = [r for a in archs for r in per_arch[a]]
+        ref = statistics.median(r[0] for r in pooled)
+        factors = [(ln["dry_factor"] * ref + ln["per_sample_factor"] * ref + ln["base_bytes"]) / ref
+                   for ln in archs.values()]
+        spread = max(factors) / min(factors)
+        out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
+                    "class": calibration_line(pooled, margin), "spread": round(spread, 4),
+                    "agree": len(archs) >= 2 and spread <= est.AGREE_SPREAD, "torch_versions": sorted(torches)})
+    return out
 
 
 def dumps(document: dict[str, Any]) -> str:
     """The canonical text of a coefficient file: sorted keys, two-space indent, trailing newline."""
     return json.dumps(document, sort_keys=True, indent=2) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def read_coefficients(path: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.models.zoo import get_spec, registry
+from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -88,36 +88,42 @@ def parse_shard(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def validate(p: Point) -> Point:
-    """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
-    spec = get_spec(p.model)
-    if p.op not in OPS:
-        raise VaememError(f"unknown op {p.op!r}; choose one of: {', '.join(OPS)}")
-    if p.op not in spec.ops:
-        raise VaememError(f"{p.model} cannot {p.op}: {spec.refusal(p.op)}")
-    if p.dtype not in DTYPES:
-        raise VaememError(f"unknown dtype {p.dtype!r}; choose one of: {', '.join(DTYPES)}")
-    if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
-        raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
-    for name in ("width", "height", "batch", "frames"):
-        value = getattr(p, name)
-        if not isinstance(value, int) or value <= 0:
+def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int, batch: int, frames: int,
+                   tile: int | None) -> None:
+    """Raise VaememError naming what is wrong with this (op, dtype, size, batch, frames, tile) of ``spec``.
+
+    The one owner of these rules: measurement points and dry runs both call it."""
+    if op not in OPS:
+        raise VaememError(f"unknown op {op!r}; choose one of: {', '.join(OPS)}")
+    if op not in spec.ops:
+        raise VaememError(f"{spec.name} cannot {op}: {spec.refusal(op)}")
+    if dtype not in DTYPES:
+        raise VaememError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    for name, value in (("width", width), ("height", height), ("batch", batch), ("frames", frames)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise VaememError(f"{name} must be a positive integer, got {value!r}")
     f = spec.spatial_factor
-    if p.width % f or p.height % f:
-        raise VaememError(f"{p.model} needs width and height in multiples of {f} px, got {p.width}x{p.height}")
-    if spec.frames_error(p.frames):
+    if width % f or height % f:
+        raise VaememError(f"{spec.name} needs width and height in multiples of {f} px, got {width}x{height}")
+    if spec.frames_error(frames):
         if not spec.is_video:
             video = ", ".join(n for n, s in registry().items() if s.is_video and not s.tiny)
-            raise VaememError(f"{p.model} is an image model: frames apply only to {video}")
-        raise VaememError(spec.frames_error(p.frames))
-    if p.tile is not None:
-        if spec.tiled_refusal(p.op):
-            raise VaememError(f"{p.model} cannot run a tiled {p.op}: {spec.tiled_refusal(p.op)}")
-        if p.tile <= 0 or p.tile % f:
-            raise VaememError(f"tile must be a positive multiple of {f} px for {p.model}, got {p.tile}")
-        if p.tile >= max(p.width, p.height):
-            raise VaememError(f"tile {p.tile} is not smaller than {p.width}x{p.height}: no tiling would happen")
+            raise VaememError(f"{spec.name} is an image model: frames apply only to {video}")
+        raise VaememError(spec.frames_error(frames))
+    if tile is not None:
+        if spec.tiled_refusal(op):
+            raise VaememError(f"{spec.name} cannot run a tiled {op}: {spec.tiled_refusal(op)}")
+        if not isinstance(tile, int) or tile <= 0 or tile % f:
+            raise VaememError(f"tile must be a positive multiple of {f} px for {spec.name}, got {tile}")
+        if tile >= max(width, height):
+            raise VaememError(f"tile {tile} is not smaller than {width}x{height}: no tiling would happen")
+
+
+def validate(p: Point) -> Point:
+    """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
+    check_geometry(get_spec(p.model), p.op, p.dtype, p.width, p.height, p.batch, p.frames, p.tile)
+    if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
+        raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
     allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS
     if p.allocator not in allowed:
         raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type}; choose one of: {', '.join(allowed)}")

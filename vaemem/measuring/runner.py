@@ -46,25 +46,66 @@ def git_commit() -> str | None:
         return None
 
 
-def classify(outcome: RunOutcome) -> str:
-    """Status of a run from what the parent saw. The Linux OOM killer ends a process with SIGKILL and nothing else
-    in a sweep does (a timeout is known), so an unexplained SIGKILL is recorded as oom."""
+def oom_kill_count(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> int | None:
+    """The kernel's OOM-kill count of this process's memory cgroup, or None where it cannot be read (not Linux,
+    no memory controller). cgroup v2: ``oom_kill`` of ``memory.events``; v1: ``oom_kill`` of
+    ``memory.oom_control``. A child's OOM kill is counted in the cgroup it inherited."""
+    try:
+        with open(proc_cgroup) as f:
+            entries = [line.strip().split(":", 2) for line in f if line.strip()]
+    except OSError:
+        return None
+    candidates = []
+    for _, controllers, path in entries:
+        if "memory" in controllers.split(","):
+            candidates.append(f"{root}/memory{path}/memory.oom_control")
+        elif controllers == "":
+            candidates.append(f"{root}{path.rstrip('/')}/memory.events")
+    for file in candidates:
+        try:
+            with open(file) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, str]:
+    """(status, evidence) of a run. The parent's view wins: a timeout is a timeout whatever the child wrote; a
+    result counts only from a child that exited 0; an OOM needs evidence (the allocator's out-of-memory error in
+    the child's result, or the cgroup's OOM-kill count rising across the run); any other death is a crash."""
     if outcome.timed_out:
-        return "timeout"
-    if outcome.result is not None and outcome.result.get("status") in STATUSES:
-        return outcome.result["status"]
-    if outcome.returncode == -signal.SIGKILL:
-        return "oom"
-    return "crash"
+        return "timeout", f"parent: no exit within {outcome.wall_s:.0f} s, killed"
+    result = outcome.result or {}
+    if outcome.returncode == 0 and result.get("status") in STATUSES:
+        status = result["status"]
+        evidence = {"oom": "child: the allocator's out-of-memory error", "ok": "child: result, exit 0"}
+        return status, evidence.get(status, f"child: {status}, exit 0")
+    if oom_kills:
+        return "oom", f"kernel: cgroup oom_kill count rose by {oom_kills} during the run"
+    how = f"signal {-outcome.returncode}" if outcome.returncode and outcome.returncode < 0 else \
+        f"exit {outcome.returncode}"
+    return "crash", f"parent: child died ({how}) with no OOM evidence"
 
 
 def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: str, timeout_s: float,
-                status: str | None = None, commit: str | None = None) -> dict[str, Any]:
-    """The measurement line of one run (schema documented in README "Measurement format")."""
+                status: str | None = None, commit: str | None = None, oom_kills: int | None = None
+                ) -> dict[str, Any]:
+    """The measurement line of one run (schema documented in README "Measurement format"). The status is the
+    parent's (:func:`classify`): the child's own ``status`` never overrides it."""
     p = task.point
     result = dict(outcome.result or {}) if outcome else {}
     machine = result.pop("rig", {})
-    status = status or classify(outcome)  # type: ignore[arg-type]
+    result.pop("status", None)
+    if status is None:
+        status, evidence = classify(outcome, oom_kills)  # type: ignore[arg-type]
+    else:
+        evidence = "parent: " + status
+    if status != "ok":
+        result["demand_bytes"] = None
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         **p.to_dict(),
@@ -81,6 +122,7 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
         "utc_time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "demand_bytes": result.pop("demand_bytes", None),
         **result,
+        "status_evidence": evidence,
     }
     if outcome is not None:
         record["exit_code"] = outcome.returncode
@@ -90,11 +132,19 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
     return record
 
 
-def recorded_runs(out: Path, rig: str) -> set[tuple[str, int]]:
-    """(point key, run) already in ``out`` for ``rig``: what a resumed sweep skips."""
+RETRYABLE = ("crash", "timeout", "skipped-after-oom")
+
+
+def recorded_runs(out: Path, rig: str, retry_failed: bool = False) -> set[tuple[str, int]]:
+    """(point key, run) already in ``out`` for ``rig``: what a resumed sweep skips. With ``retry_failed`` a run
+    recorded only as crash, timeout or skipped-after-oom is not done (its old line stays: nothing is lost)."""
     if not out.exists():
         return set()
-    return {(r["point_key"], r["run"]) for _, _, r in iter_records([out]) if r.get("rig", {}).get("name") == rig}
+    done: set[tuple[str, int]] = set()
+    for _, _, r in iter_records([out]):
+        if r.get("rig", {}).get("name") == rig and not (retry_failed and r.get("status") in RETRYABLE):
+            done.add((r["point_key"], r["run"]))
+    return done
 
 
 def _setting(p: Point) -> tuple:
@@ -131,6 +181,7 @@ def measure(
     launcher: str = "fork",
     timeout_s: float = 900.0,
     force: bool = False,
+    retry_failed: bool = False,
     devices: Sequence[int] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
@@ -144,7 +195,7 @@ def measure(
     """
     check_options(points, runs, launcher, timeout_s, devices)
     out = Path(out)
-    tasks = plan(points, runs, set() if force else recorded_runs(out, rig), force)
+    tasks = plan(points, runs, set() if force else recorded_runs(out, rig, retry_failed), force)
     if on_plan:
         on_plan(len(tasks))
     commit = git_commit()
@@ -170,10 +221,14 @@ def measure(
             finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
                                status="skipped-after-oom", commit=commit))
             return
+        before = oom_kill_count()
         outcome = launch.run({"kind": "measure", "point": task.point.to_dict()}, task.point.allocator, timeout_s)
+        after = oom_kill_count()
         if stopping.is_set():
             return
-        finish(make_record(task, outcome, rig=rig, launcher=launch.name, timeout_s=timeout_s, commit=commit))
+        kills = after - before if before is not None and after is not None else None
+        finish(make_record(task, outcome, rig=rig, launcher=launch.name, timeout_s=timeout_s, commit=commit,
+                           oom_kills=kills))
 
     if not devices:
         launch = launcher_factory(launcher)

@@ -26,6 +26,16 @@ from vaemem.measuring.point import Point
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
+def _is_oom(e: BaseException) -> bool:
+    """The allocator's own out-of-memory error (torch.OutOfMemoryError, or its message on the CPU)."""
+    return type(e).__name__ == "OutOfMemoryError" or any(m in str(e).lower() for m in OOM_MARKERS)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:500]
+
+
 def write_result(path: str | Path, result: dict[str, Any]) -> None:
     """Write ``result`` as JSON to ``path`` atomically."""
     tmp = f"{path}.tmp{os.getpid()}"
@@ -60,10 +70,15 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     if expected and seen and seen != expected:
         return {**result, "status": "error", "error": f"allocator {point.allocator} asked, torch reports {seen}"}
 
-    model = build_model(point.model, point.op, point.device, point.dtype)
-    configure_tiling(model, spec, point.tile)
-    x = make_input(input_shape(spec, point.op, point.width, point.height, point.batch, point.frames),
-                   point.device, point.dtype)
+    try:  # an out-of-memory while the weights are placed is an OOM of this point too
+        model = build_model(point.model, point.op, point.device, point.dtype)
+        configure_tiling(model, spec, point.tile)
+        x = make_input(input_shape(spec, point.op, point.width, point.height, point.batch, point.frames),
+                       point.device, point.dtype)
+    except Exception as e:
+        if not _is_oom(e):
+            raise
+        return {**result, "status": "oom", "error": f"while building: {_one_line(e)}"}
     t_built = time.perf_counter()
     result["build_s"] = round(t_built - t_imported, 4)
 
@@ -75,8 +90,8 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
         with torch.inference_mode():
             out = run_op(model, point.op, x)
     except Exception as e:  # an OOM or a model error is a result, not a crash
-        status = "oom" if any(m in str(e).lower() for m in OOM_MARKERS) else "error"
-        error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+        status = "oom" if _is_oom(e) else "error"
+        error = _one_line(e)
     finally:
         readings = probe.stop()
     result["op_wall_s"] = round(time.perf_counter() - t0, 4)

@@ -65,16 +65,19 @@ def _drop_unused_half(model: nn.Module, spec: ModelSpec, op: str) -> None:
             setattr(model, attr, nn.Module())
 
 
-def _fill_(model: nn.Module, device: torch.device, dtype: torch.dtype, seed: int) -> None:
-    """Allocate every meta parameter on ``device`` in ``dtype`` and fill it in place from a seeded generator."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+def _fill_(model: nn.Module, device: torch.device, dtype: torch.dtype, seed: int | None) -> None:
+    """Allocate every meta parameter on ``device`` in ``dtype`` and fill it in place from a seeded generator
+    (``seed`` None: leave it empty, as the dry run does inside ``FakeTensorMode``)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
     for module in model.modules():
         for name, meta in list(module._parameters.items()):
             if meta is None:
                 continue
             shape = tuple(meta.shape)
             host = torch.empty(shape, dtype=dtype, device="cpu")
-            if name.endswith("bias"):
+            if gen is None:
+                pass
+            elif name.endswith("bias"):
                 host.zero_()
             elif meta.numel() == (shape[0] if shape else 1):  # per-channel scale (norm weight, RMS gamma)
                 host.fill_(1.0)
@@ -89,15 +92,22 @@ def _fill_(model: nn.Module, device: torch.device, dtype: torch.dtype, seed: int
                 module._buffers[name] = buf.to(device=device, dtype=dtype if buf.is_floating_point() else buf.dtype)
 
 
-def build_model(name: str, op: str, device: str | torch.device, dtype: str, seed: int = 0) -> nn.Module:
-    """The zoo model ``name`` ready to run ``op`` on ``device`` in ``dtype`` (fp16|bf16|fp32), in eval mode."""
-    spec = get_spec(name)
+def build_meta(spec: ModelSpec, op: str) -> nn.Module:
+    """``spec``'s model with every parameter on the meta device and the half ``op`` does not run dropped."""
     import diffusers
 
-    cls = getattr(diffusers, spec.class_name)
     with _parameters_on_meta():
-        model = cls.from_config(spec.config)
+        model = getattr(diffusers, spec.class_name).from_config(spec.config)
     _drop_unused_half(model, spec, op)
+    return model
+
+
+def build_model(name: str | ModelSpec, op: str, device: str | torch.device, dtype: str,
+                seed: int | None = 0) -> nn.Module:
+    """The zoo model ``name`` (or any spec) ready to run ``op`` on ``device`` in ``dtype`` (fp16|bf16|fp32),
+    in eval mode. ``seed`` None leaves the weights unfilled (the dry run builds inside ``FakeTensorMode``)."""
+    spec = get_spec(name) if isinstance(name, str) else name
+    model = build_meta(spec, op)
     _fill_(model, torch.device(device), DTYPES[dtype], seed)
     return model.eval()
 
@@ -112,34 +122,38 @@ def count_parameters(name: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None) -> None:
+def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overlap: float = 0.25) -> None:
     """Turn diffusers' own tiled decode/encode on with square ``tile``-pixel tiles, or off when ``tile`` is None.
 
-    Tiles overlap by a quarter (diffusers' own default, ``tile_overlap_factor`` 0.25): classes that take a stride
-    get ``tile`` minus a quarter, rounded down to the spatial factor. Temporal tiling, where a class has it, keeps
+    ``overlap`` is the fraction of a tile shared with its neighbour (diffusers' own default, its
+    ``tile_overlap_factor``, is 0.25): classes that take a stride get ``tile`` minus the overlap, rounded down to
+    the spatial factor. Temporal tiling, where a class has it, keeps
     the class's defaults. MiniMax-H3 ships with tiling on (256 px), so "no tile" must switch it off explicitly.
     """
     if tile is None:
         model.use_tiling = False
         return
+    if not 0.0 <= overlap < 1.0:
+        raise ValueError(f"tile overlap is a fraction in [0, 1), got {overlap}")
     f = spec.spatial_factor
-    overlap = max(f, (tile // 4) // f * f)
-    stride = tile - overlap
+    overlap_px = max(f, int(tile * overlap) // f * f)
+    stride = tile - overlap_px
     cls = spec.class_name
     if cls in ("AutoencoderKL", "AutoencoderKLFlux2"):
         model.use_tiling = True
         model.tile_sample_min_size = tile
         model.tile_latent_min_size = tile // f
+        model.tile_overlap_factor = overlap
     elif cls == "AutoencoderKLMiniMaxH3":
-        model.enable_tiling(tile, tile, overlap, overlap)
+        model.enable_tiling(tile, tile, overlap_px, overlap_px)
     elif cls == "AutoencoderKLCogVideoX":
-        model.enable_tiling(tile, tile, 0.25, 0.25)
+        model.enable_tiling(tile, tile, overlap, overlap)
         model.tile_latent_min_height = model.tile_latent_min_width = tile // f
     elif cls == "AutoencoderKLHunyuanImage":
-        model.enable_tiling(tile, 0.25)
+        model.enable_tiling(tile, overlap)
         model.tile_latent_min_size = tile // f
     elif cls == "AutoencoderKLHunyuanVideo15":
-        model.enable_tiling(tile, tile, tile // f, tile // f, 0.25)
+        model.enable_tiling(tile, tile, tile // f, tile // f, overlap)
     else:  # Wan, Qwen-Image, HunyuanVideo, LTX, LTX-2, Mochi, DC-AE: min size and stride in sample pixels
         model.enable_tiling(tile_sample_min_height=tile, tile_sample_min_width=tile,
                             tile_sample_stride_height=stride, tile_sample_stride_width=stride)

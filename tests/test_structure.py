@@ -1,0 +1,155 @@
+"""The structural model: structures reproduce fresh dry runs, calibrations recover known factors, transfer and
+leave-one-architecture-out behave as declared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pathlib import Path
+
+from vaemem import estimate as est
+from vaemem.fit import coefficients as co
+from vaemem.fit.envelope import MIB
+from vaemem.models.zoo import get_spec
+from vaemem.tracing import cache as tc
+from vaemem.tracing.structure import derive, derive_all, grid
+from vaemem.tracing.trace import TraceSpec, trace
+
+
+def _entries(specs):
+    return [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes} for r in map(trace, specs)]
+
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def committed_structures():
+    """The structures ``vaemem fit`` derives from the committed dry-run cache."""
+    return derive_all(list(tc.read_cache(ROOT / "fits" / "traces.json")["entries"].values()))
+
+
+@pytest.mark.parametrize("name,op,dtype,w,h,frames,batch,tile", [
+    ("sd15", "decode", "fp32", 640, 384, 1, 1, None),
+    ("sd15", "encode", "bf16", 1536, 1024, 1, 2, None),
+    ("cogview4", "decode", "fp32", 1024, 576, 1, 1, None),
+    ("sana-dc-ae", "decode", "fp32", 1024, 1024, 1, 1, None),
+    ("wan21", "decode", "bf16", 832, 480, 21, 1, None),   # between knots 17 and 33
+    ("wan21", "decode", "bf16", 832, 480, 81, 1, None),   # past the last knot
+    ("wan21", "encode", "fp32", 320, 192, 13, 1, None),
+    ("hunyuanvideo", "decode", "fp32", 320, 192, 25, 1, None),
+    ("ltx-video", "decode", "bf16", 768, 512, 41, 1, None),
+    ("sd15", "decode", "fp32", 1024, 1024, 1, 1, 448),   # a tile size the grid never traced
+], ids=lambda v: str(v))
+def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
+                                                                   frames, batch, tile):
+    s = committed_structures[est.structure_key(get_spec(name).architecture, op, dtype, tile is not None)]
+    fresh = trace(TraceSpec(name, op, dtype, w, h, batch=batch, frames=frames, tile=tile)).peak_bytes
+    assert est.structure_bytes(s, w, h, batch, frames, tile) == pytest.approx(fresh, rel=0.01)
+
+
+def test_every_real_architecture_has_its_structures(committed_structures):
+    from vaemem.models.zoo import registry
+    from vaemem.tracing.structure import structured
+
+    for name, spec in registry().items():
+        if not spec.tiny and spec.architecture == name:
+            for op, dtype, tiled in structured(name):
+                assert est.structure_key(name, op, dtype, tiled) in committed_structures, (name, op, dtype, tiled)
+
+
+@pytest.mark.slow
+def test_a_sample_of_the_committed_dry_run_cache_reproduces(committed_structures):
+    """Re-run every 25th entry of the cache: the dry runs are exact, so equal to the byte."""
+    entries = list(tc.read_cache(ROOT / "fits" / "traces.json")["entries"].values())
+    for e in entries[::25]:
+        assert trace(TraceSpec.from_dict(e["spec"])).peak_bytes == e["peak_bytes"], e["spec"]
+
+
+def test_a_tiny_structure_reproduces_its_own_dry_runs():
+    s = derive(_entries(grid("tiny-wan", "decode", "fp32", False)), "tiny-wan", "decode", "fp32", False)
+    assert s is not None and s["max_rel_error_in_sample"] < 1e-6
+    fresh = trace(TraceSpec("tiny-wan", "decode", "fp32", 256, 256, frames=17)).peak_bytes
+    assert est.structure_bytes(s, 256, 256, 1, 17, None) == pytest.approx(fresh, rel=1e-6)
+
+
+def test_below_the_smallest_traced_area_the_structure_is_an_upper_bound():
+    s = derive(_entries(grid("tiny-hunyuanvideo", "decode", "fp32", False)), "tiny-hunyuanvideo", "decode", "fp32",
+               False)
+    assert s["area_min"] == 64 * 64
+    for w, h, f in ((32, 32, 9), (48, 32, 13)):
+        fresh = trace(TraceSpec("tiny-hunyuanvideo", "decode", "fp32", w, h, frames=f)).peak_bytes
+        assert est.structure_bytes(s, w, h, 1, f, None) >= fresh * (1 - 1e-6)
+
+
+def test_a_structure_needs_its_whole_grid():
+    entries = _entries(grid("tiny-kl", "decode", "fp32", False)[:1])
+    assert derive(entries, "tiny-kl", "decode", "fp32", False) is None
+
+
+# ---- calibration: known answers -------------------------------------------------------------------------------
+
+S = {"kind": "frames", "knots": [1], "bytes_per_pixel": [3000.0], "bytes_per_pixel_squared": [0.0], "base_bytes": [0]}
+STRUCTS = {est.structure_key(a, "decode", "fp32", False): {**S, "bytes_per_pixel": [bpp]}
+           for a, bpp in (("sd15", 3000.0), ("flux1", 3000.0), ("cogview4", 6000.0))}
+
+
+def _record(model, w, demand, batch=1):
+    key = f"{model}/decode/fp32/{w}x{w}/b{batch}/f1/t0/glibc-fixed/cpu"
+    return {"schema_version": 1, "model": model, "op": "decode", "dtype": "fp32", "width": w, "height": w,
+            "batch": batch, "frames": 1, "tile": None, "allocator": "glibc-fixed", "device": "cpu",
+            "point_key": key, "pixels": w * w * batch, "run": 0, "status": "ok", "demand_bytes": int(demand),
+            "rig": {"name": "r", "os": "linux", "conv_backend": "onednn", "backend": "cpu",
+                    "torch_version": "2.13.0+cpu"}}
+
+
+def _data(tmp_path, records):
+    p = tmp_path / "m.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return co.load_dataset([p])
+
+
+def test_calibration_recovers_known_factors_and_the_per_sample_term(tmp_path):
+    recs = []
+    for w in (256, 384, 512, 768):
+        dry = 3000.0 * w * w
+        recs += [_record("sd15", w, 0.8 * 2 * dry + 0.5 * dry + 40 * MIB, batch=2),
+                 _record("sd15", w, 1.3 * dry + 40 * MIB)]
+    (cal,) = co.calibrate(_data(tmp_path, recs), STRUCTS, margin=0.0)
+    line = cal["architectures"]["sd15"]
+    assert line["dry_factor"] == pytest.approx(0.8, abs=2e-4)
+    assert line["per_sample_factor"] == pytest.approx(0.5, abs=2e-4)
+    assert line["base_bytes"] == 40 * MIB and line["worst_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert cal["calibration"] == "conv2d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+
+
+def test_agreeing_architectures_transfer_and_disagreeing_ones_are_flagged(tmp_path):
+    agree = [_record(a, w, f * bpp * w * w + 30 * MIB) for a, f, bpp in (("sd15", 1.3, 3000), ("cogview4", 1.32, 6000))
+             for w in (256, 512, 768)]
+    (cal,) = co.calibrate(_data(tmp_path, agree), STRUCTS, margin=0.05)
+    assert cal["agree"] and cal["spread"] < 1.05
+    coef = {"schema_version": 2, "models": {m: {"architecture": m, "parameters": 1, "family": "kl", "spatial_factor": 8,
+                                                 "temporal_factor": None, "kernel": "conv2d"}
+                                             for m in ("sd15", "flux1", "cogview4")},
+            "groups": [], "structures": STRUCTS, "calibrations": [cal]}
+    e = est.explain("flux1", "decode", 640, 640, dtype="fp32", backend="onednn", allocator="glibc-fixed",
+                    os="linux", coefficients=coef)
+    assert e.source == "transfer" and "architectures agree" in e.reason
+    assert e.bytes >= 1.3 * 3000 * 640 * 640 + 30 * MIB  # flux1 behaves like sd15: covered
+    (bad,) = co.calibrate(_data(tmp_path, agree[:3] + [_record("cogview4", w, 2.0 * 6000 * w * w)
+                                                       for w in (256, 512, 768)]), STRUCTS, margin=0.05)
+    assert not bad["agree"] and bad["spread"] > 1.15
+
+
+def test_leave_one_architecture_out_prices_the_held_out_one_from_the_rest(tmp_path):
+    from vaemem.report.structural import leave_one_architecture_out
+
+    recs = [_record(a, w, f * bpp * w * w + 30 * MIB) for a, f, bpp in (("sd15", 1.3, 3000), ("flux1", 1.28, 3000),
+                                                                         ("cogview4", 1.31, 6000))
+            for w in (256, 512, 768)]
+    rows = leave_one_architecture_out(_data(tmp_path, recs), STRUCTS, margin=0.05)
+    assert {r["architecture"] for r in rows} == {"sd15", "flux1", "cogview4"}
+    for r in rows:
+        assert r["under"] == 0 and 1.0 <= r["median"] <= 1.15

@@ -1,0 +1,156 @@
+"""The dry run: exact against the same accounting on real CPU tensors, deterministic, structural known answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vaemem.cli import app
+from vaemem.errors import VaememError
+from vaemem.models.zoo import get_spec, registry
+from vaemem.tracing import cache as tc
+from vaemem.tracing.trace import TraceSpec, trace
+
+MIB = 1024 * 1024
+TINY = sorted(n for n, s in registry().items() if s.tiny)
+
+
+def _spec(name: str, op: str, **kw) -> TraceSpec:
+    s = get_spec(name)
+    f = s.spatial_factor
+    frames = 1 + (s.info.frame_step or s.temporal_factor) if s.is_video else 1
+    return TraceSpec(name, op, "fp32", kw.pop("width", 8 * f), kw.pop("height", 6 * f), frames=kw.pop("frames", frames),
+                     **kw)
+
+
+@pytest.mark.parametrize("name,op", [(n, op) for n in TINY for op in get_spec(n).ops])
+def test_dry_run_equals_the_same_accounting_on_real_tensors(name, op):
+    spec = _spec(name, op)
+    fake, real = trace(spec), trace(spec, fake=False)
+    assert fake.peak_bytes == real.peak_bytes > 0
+    assert fake.output_bytes == real.output_bytes > 0
+    assert fake.input_bytes == real.input_bytes > 0
+    assert fake.peak_module == real.peak_module
+
+
+@pytest.mark.parametrize("spec", [
+    _spec("tiny-kl", "decode", width=128, height=96, tile=32),
+    _spec("tiny-kl", "encode", width=128, height=96, tile=32),
+    _spec("tiny-wan", "decode", width=64, height=48, tile=32),
+    _spec("tiny-kl", "decode", batch=2, slicing=True),
+    _spec("tiny-kl", "decode", width=64, height=64, attention="math"),
+    _spec("tiny-minimax-h3", "encode", conv3d="decomposed"),
+    _spec("tiny-wan", "encode", conv3d="decomposed"),
+    _spec("tiny-kl", "decode", width=128, height=96, tile=32, overlap=0.5),
+], ids=lambda s: s.key)
+def test_tiled_sliced_math_and_decomposed_dry_runs_are_exact(spec):
+    fake, real = trace(spec), trace(spec, fake=False, replay=False)
+    assert fake.peak_bytes == real.peak_bytes
+    assert fake.output_bytes == real.output_bytes
+
+
+def test_tile_replay_is_used_and_changes_nothing():
+    spec = _spec("tiny-kl", "decode", width=256, height=192, tile=32)
+    replayed, plain = trace(spec), trace(spec, replay=False)
+    assert replayed.replayed_calls > 10 and plain.replayed_calls == 0
+    assert replayed.peak_bytes == plain.peak_bytes
+
+
+def test_the_dry_run_is_deterministic():
+    spec = _spec("tiny-wan", "decode", frames=9)
+    a, b = trace(spec), trace(spec)
+    assert (a.peak_bytes, a.output_bytes, a.peak_module) == (b.peak_bytes, b.output_bytes, b.peak_module)
+
+
+def test_untiled_image_decode_is_linear_in_pixels():
+    """sd15 decode: exactly 3072 B/px plus a constant (structure.md)."""
+    peaks = {w: trace(TraceSpec("sd15", "decode", "fp32", w, w)).peak_bytes for w in (256, 512, 768)}
+    slope = (peaks[768] - peaks[256]) / (768**2 - 256**2)
+    assert slope == pytest.approx(3072, rel=1e-3)
+    assert peaks[512] - peaks[256] == pytest.approx(slope * (512**2 - 256**2), rel=1e-6)
+
+
+def test_a_dry_run_allocates_nothing():
+    """A 12 GiB peak on a CI machine with less free memory than that: nothing is allocated."""
+    r = trace(TraceSpec("sd15", "decode", "fp32", 2048, 2048))
+    assert r.peak_bytes == pytest.approx(3072 * 2048 * 2048, rel=0.01)
+
+
+def test_wan_decode_is_nearly_flat_in_frames_beyond_the_first_chunk():
+    """Wan 2.1 decode 832x480 bf16 (structure.md): 1318 MiB at 1 frame, 3711 at 5, 4044 at 81."""
+    peaks = [trace(TraceSpec("wan21", "decode", "bf16", 832, 480, frames=f)).peak_bytes / MIB for f in (1, 5, 81)]
+    assert [round(p) for p in peaks] == [1318, 3711, 4044]
+
+
+def test_math_attention_materialises_the_score_matrix():
+    fused = trace(_spec("tiny-kl", "decode", width=256, height=256)).peak_bytes
+    math_ = trace(_spec("tiny-kl", "decode", width=256, height=256, attention="math")).peak_bytes
+    tokens = (256 // 4) ** 2
+    assert math_ - fused >= tokens * tokens * 4 * 0.9  # one fp32 (tokens x tokens) matrix at least
+
+
+def test_slicing_decodes_one_batch_item_at_a_time():
+    whole = trace(_spec("tiny-kl", "decode", batch=4)).peak_bytes
+    sliced = trace(_spec("tiny-kl", "decode", batch=4, slicing=True)).peak_bytes
+    one = trace(_spec("tiny-kl", "decode", batch=1)).peak_bytes
+    assert sliced < whole and sliced < 2 * one
+
+
+@pytest.mark.parametrize("spec,message", [
+    (TraceSpec("nope", "decode", "fp32", 64, 64), "unknown model"),
+    (TraceSpec("minimax-h3", "decode", "fp32", 64, 64), "decoder is a ViT"),
+    (TraceSpec("wan21", "decode", "fp32", 64, 64, frames=4), r"1 \+ 4k"),
+    (TraceSpec("sd15", "decode", "fp32", 60, 64), "multiples of 8"),
+    (TraceSpec("sd15", "decode", "fp32", 64, 64, tile=64), "not smaller"),
+    (TraceSpec("sd15", "decode", "fp32", 64, 64, attention="flash"), "attention path"),
+    (TraceSpec("sd15", "decode", "fp32", 64, 64, conv3d="decomposed"), "conv3d decomposition applies"),
+    (TraceSpec("sd15", "decode", "fp32", 128, 128, tile=64, overlap=1.0), "overlap"),
+])
+def test_bad_dry_runs_are_refused_with_the_reason(spec, message):
+    with pytest.raises(VaememError, match=message):
+        trace(spec)
+
+
+def test_cli_trace_json_and_config_file(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64x48", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["peak_bytes"] == trace(_spec("tiny-kl", "decode", width=64, height=48)).peak_bytes
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(get_spec("tiny-kl").config))
+    res = runner.invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64x48", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["peak_bytes"] == doc["peak_bytes"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["trace", "--op", "decode", "--res", "64"], "give --model"),
+    (["trace", "-m", "tiny-kl", "--res", "64"], "at least one --op"),
+    (["trace", "-m", "tiny-kl", "--op", "decode", "--res", "6x"], "bad resolution"),
+    (["trace", "--config", "/nonexistent.json", "--op", "decode", "--res", "64"], "cannot read config"),
+])
+def test_cli_trace_bad_input_is_one_line(args, message):
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_cache_records_verifies_and_refuses_tampering(tmp_path):
+    path = tmp_path / "traces.json"
+    results = [trace(_spec("tiny-kl", op)) for op in ("decode", "encode")]
+    tc.record(path, results)
+    doc = tc.read_cache(path)
+    assert doc["entries"][results[0].spec.key]["peak_bytes"] == results[0].peak_bytes
+    text = path.read_text()
+    assert tc.dumps(doc) == text  # deterministic bytes
+    tampered = json.loads(text)
+    tampered["entries"][results[0].spec.key]["peak_bytes"] += 1
+    path.write_text(json.dumps(tampered))
+    with pytest.raises(VaememError, match="entries_sha256"):
+        tc.read_cache(path)
+    newer = {**json.loads(text), "schema_version": 99}
+    path.write_text(json.dumps(newer))
+    with pytest.raises(VaememError, match="newer"):
+        tc.read_cache(path)

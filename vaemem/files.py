@@ -1,0 +1,42 @@
+"""Writing a whole file safely: the one atomic writer of coefficient files, dry-run caches and exported modules."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from vaemem.errors import VaememError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, fsync and a rename: a reader sees
+    the old file or the new one, never half of one. The file gets the usual mode (0666 less the umask), not the
+    temporary file's 0600. Any failure is one VaememError naming the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise VaememError(f"cannot write {path}: it is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise VaememError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise VaememError(f"cannot write {path}: {e.strerror or e}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,213 @@
+"""Judging the structural model on measured points: measured / dry-run ratios, held-out calibration lines,
+leave-one-architecture-out transfer, and the apps' rules on the same points.
+
+* **Measured / dry run** per group: demand divided by the dry-run peak its architecture's structure gives.
+* **Held out** (per architecture and platform, 4+ points over 2+ image sizes): each image size (width x height
+  x tile, all its frame counts and batches together) is left out in turn, the architecture's calibration line is refitted on the
+  rest exactly as ``vaemem fit`` does (envelope, margin, rounding up) and the left-out points are priced.
+* **Leave one architecture out** (per platform and kernel class, 2+ architectures): the class line is refitted
+  without architecture X and X's points are priced by it: what transfer would have reserved.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from vaemem import estimate
+from vaemem.fit.coefficients import Dataset, calibration_line, dry_of
+from vaemem.models.zoo import get_spec
+
+GOAL_MIN_SIZES = 4
+GOAL_MEDIAN, GOAL_MAX = 1.10, 1.25
+LOAO_MEDIAN, LOAO_LIST = 1.15, 1.35
+
+
+def _stats(ratios: list[float]) -> dict[str, Any]:
+    return {"n": len(ratios), "under": sum(r < 1 for r in ratios), "min": round(min(ratios), 4),
+            "median": round(statistics.median(ratios), 4), "max": round(max(ratios), 4)}
+
+
+def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
+    """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand)."""
+    out: dict[str, list[tuple]] = {}
+    for gid, (key, pts) in sorted(data.groups.items()):
+        kernel = get_spec(pts[0].point["model"]).kernel
+        for p in pts:
+            d = dry_of(p.point, key, structures)
+            if d is not None:
+                single = get_spec(p.point["model"]).is_video and p.point["frames"] == 1
+                out.setdefault(estimate.calibration_id(key, kernel), []).append(
+                    (key["architecture"], gid, p, d[0], d[1], p.demand_bytes, single))
+    return out
+
+
+def dry_ratios(data: Dataset, structures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per group: min / median / max of measured demand / dry-run peak."""
+    rows: dict[str, list[float]] = {}
+    for entries in _points(data, structures).values():
+        for e in entries:
+            rows.setdefault(e[1], []).append(e[5] / e[3])
+    return {gid: _stats(r) for gid, r in sorted(rows.items())}
+
+
+def _price(line: dict[str, Any], e: tuple) -> float:
+    """A calibration line at the point of entry ``e`` (architecture, group, point, dry, dry1, demand, single)."""
+    return (line["dry_factor"] * e[3] + line["per_sample_factor"] * e[4] + line["base_bytes"]
+            + ((line["single_frame_factor"] * e[3] + line["single_frame_bytes"]) if e[6] else 0.0))
+
+
+def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
+    """Per group with 4+ sizes: held-out ratios of its own calibration line, and whether the goal is met."""
+    out = {}
+    for entries in _points(data, structures).values():
+        by_group: dict[str, list[tuple]] = {}
+        for e in entries:
+            by_group.setdefault(e[1], []).append(e)
+        for gid, rows in sorted(by_group.items()):
+            size = lambda e: (e[2].point["width"], e[2].point["height"], e[2].point["tile"])  # noqa: E731
+            sizes = sorted({size(e) for e in rows}, key=str)
+            if len(rows) < GOAL_MIN_SIZES or len(sizes) < 2:
+                continue
+            ratios = []
+            for left in sizes:
+                train = [(e[3], e[4], e[5], e[6]) for e in rows if size(e) != left]
+                if len({t[0] for t in train}) < 2:
+                    continue
+                line = calibration_line(train, margin)
+                ratios += [_price(line, e) / e[5] for e in rows if size(e) == left]
+            if ratios:
+                s = _stats(ratios)
+                s["sizes"] = len(sizes)
+                s["goal"] = "met" if s["under"] == 0 and s["median"] <= GOAL_MEDIAN and s["max"] <= GOAL_MAX \
+                    else "missed"
+                out[gid] = s
+    return out
+
+
+def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
+    """Per platform, kernel class and architecture X (2+ architectures): X priced by the class line of the rest."""
+    out = []
+    for cid, entries in sorted(_points(data, structures).items()):
+        archs = sorted({e[0] for e in entries})
+        if len(archs) < 2:
+            continue
+        for x in archs:
+            train = [(e[3], e[4], e[5], e[6]) for e in entries if e[0] != x]
+            if len({t[0] for t in train}) < 2:
+                continue
+            line = calibration_line(train, margin)
+            ratios = [_price(line, e) / e[5] for e in entries if e[0] == x]
+            row = {"calibration": cid, "architecture": x, "trained_on": [a for a in archs if a != x],
+                   **_stats(ratios)}
+            row["listed"] = row["under"] > 0 or row["max"] > LOAO_LIST
+            out.append(row)
+    return out
+
+
+def apps_side_by_side(data: Dataset, coef: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per group: reservation / demand of vaemem (the file as fitted), the legacy rule, ComfyUI's and
+    InvokeAI's published per-model rules, on the same points."""
+    out = {}
+    for gid, (key, pts) in sorted(data.groups.items()):
+        cols: dict[str, list[float]] = {"vaemem": [], "legacy": [], "comfyui": [], "invokeai": []}
+        for p in pts:
+            pt = p.point
+            m = coef["models"][pt["model"]]
+            kw = {"dtype": key["dtype"], "batch": pt["batch"], "frames": pt["frames"]}
+            try:
+                mine = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"],
+                                        backend=key["conv_backend"], allocator=key["allocator"], os=key["os"],
+                                        tile=pt["tile"], coefficients=coef, **kw).bytes
+            except ValueError:
+                continue
+            cols["vaemem"].append(mine / p.demand_bytes)
+            cols["legacy"].append(estimate.legacy_bytes(key["op"], pt["width"], pt["height"],
+                                                        backend=key["conv_backend"], sd_family=m["family"] == "sd",
+                                                        tile=pt["tile"], **kw) / p.demand_bytes)
+            cols["comfyui"].append(estimate.comfy_bytes(key["op"], pt["width"], pt["height"],
+                                                        amd=key["conv_backend"] == "miopen", model=m, **kw)
+                                   / p.demand_bytes)
+            cols["invokeai"].append(estimate.invokeai_bytes(key["op"], pt["width"], pt["height"],
+                                                            backend=key["conv_backend"], model=m, tile=pt["tile"],
+                                                            **kw) / p.demand_bytes)
+        if cols["vaemem"]:
+            out[gid] = {k: _stats(v) for k, v in cols.items()}
+    return out
+
+
+def demand_tables(data: Dataset) -> dict[str, list[dict[str, Any]]]:
+    """Demand in MiB against frames (video), tile size (tiled) and batch, per architecture, op and platform."""
+    frames: list[dict[str, Any]] = []
+    tiles: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []
+    for gid, (key, pts) in sorted(data.groups.items()):
+        for p in pts:
+            pt = p.point
+            row = {"group": gid, "width": pt["width"], "height": pt["height"], "frames": pt["frames"],
+                   "tile": pt["tile"], "batch": pt["batch"], "demand_mib": round(p.demand_bytes / 2**20, 1)}
+            if get_spec(pt["model"]).is_video and not pt["tile"] and pt["batch"] == 1:
+                frames.append(row)
+            if pt["tile"]:
+                tiles.append(row)
+            if pt["batch"] > 1:
+                batches.append(row)
+    # batch tables carry their batch-1 points too, for the ratio
+    batch_groups = {(r["group"], r["width"], r["height"], r["frames"]) for r in batches}
+    for gid, (key, pts) in sorted(data.groups.items()):
+        for p in pts:
+            pt = p.point
+            if pt["batch"] == 1 and not pt["tile"] and (gid, pt["width"], pt["height"], pt["frames"]) in batch_groups:
+                batches.append({"group": gid, "width": pt["width"], "height": pt["height"], "frames": pt["frames"],
+                                "tile": None, "batch": 1, "demand_mib": round(p.demand_bytes / 2**20, 1)})
+    key = lambda r: (r["group"], r["width"], r["height"], r["tile"] or 0, r["frames"], r["batch"])  # noqa: E731
+    return {"frames": sorted(frames, key=key), "tiles": sorted(tiles, key=key), "batch": sorted(batches, key=key)}
+
+
+def summary(data: Dataset, coef: dict[str, Any]) -> dict[str, Any]:
+    """Every structural table, as one JSON-ready dict."""
+    structures, margin = coef.get("structures", {}), coef["margin"]
+    return {"dry_ratios": dry_ratios(data, structures), "held_out": held_out(data, structures, margin),
+            "leave_one_architecture_out": leave_one_architecture_out(data, structures, margin),
+            "apps": apps_side_by_side(data, coef), "tables": demand_tables(data),
+            "goal": {"held_out_median_max": GOAL_MEDIAN, "held_out_max_max": GOAL_MAX, "min_sizes": GOAL_MIN_SIZES,
+                     "loao_median_max": LOAO_MEDIAN, "loao_listed_above": LOAO_LIST}}
+
+
+def _f(s: dict[str, Any] | None) -> str:
+    if not s:
+        return "-"
+    under = f"**{s['under']}/{s['n']} under**: " if s["under"] else ""
+    return f"{under}{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"
+
+
+def markdown(s: dict[str, Any]) -> str:
+    """The structural tables as Markdown (min / median / max of reservation or demand ratios)."""
+    out = ["## Measured demand / dry-run peak, per group\n", "| group | points | min / median / max |",
+           "|---|---|---|"]
+    out += [f"| {g} | {r['n']} | {r['min']:.3f} / {r['median']:.3f} / {r['max']:.3f} |"
+            for g, r in s["dry_ratios"].items()]
+    out += ["", "## Held out: each size left out of its architecture's calibration line in turn\n",
+            f"Goal ({s['goal']['min_sizes']}+ points): no point under 1, median <= {s['goal']['held_out_median_max']},"
+            f" max <= {s['goal']['held_out_max_max']}.\n", "| group | image sizes | points | held out | goal |",
+            "|---|---|---|---|---|"]
+    out += [f"| {g} | {r['sizes']} | {r['n']} | {_f(r)} | {r['goal']} |" for g, r in s["held_out"].items()]
+    out += ["", "## Leave one architecture out: its points priced by the class line of the others\n",
+            f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
+            f"{s['goal']['loao_listed_above']}.\n", "| calibration | left out | trained on | ratio | listed |",
+            "|---|---|---|---|---|"]
+    out += [f"| {r['calibration']} | {r['architecture']} | {', '.join(r['trained_on'])} | {_f(r)} | "
+            f"{'yes' if r['listed'] else ''} |" for r in s["leave_one_architecture_out"]]
+    out += ["", "## Reservation / demand: vaemem against the apps' rules, same points\n",
+            "| group | vaemem | legacy rule | ComfyUI | InvokeAI |", "|---|---|---|---|---|"]
+    out += [f"| {g} | {_f(r['vaemem'])} | {_f(r['legacy'])} | {_f(r['comfyui'])} | {_f(r['invokeai'])} |"
+            for g, r in s["apps"].items()]
+    for name, title, col in (("frames", "Video: demand (MiB) against frames", "frames"),
+                             ("tiles", "Tiled: demand (MiB) against tile size", "tile"),
+                             ("batch", "Batch: demand (MiB) against batch", "batch")):
+        rows = s["tables"][name]
+        if not rows:
+            continue
+        out += ["", f"## {title}\n", f"| group | size | {col} | demand MiB |", "|---|---|---|---|"]
+        out += [f"| {r['group']} | {r['width']}x{r['height']} | {r[col]} | {r['demand_mib']:.1f} |" for r in rows]
+    return "\n".join(out) + "\n"

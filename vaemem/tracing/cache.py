@@ -1,0 +1,124 @@
+"""The committed dry-run cache (``fits/traces.json``): dry-run peaks keyed by :attr:`TraceSpec.key`.
+
+A dry run is exact for a given torch and diffusers, so the cache records the versions its entries came from and a
+SHA-256 of its canonical entries; ``vaemem fit --check`` verifies both, and a test marked slow re-runs a sample.
+Deterministic bytes (sorted keys, no timings), written atomically.
+
+    {"schema_version": 1, "torch_version": "2.13.0+cpu", "diffusers_version": "0.42.1",
+     "entries_sha256": "...", "entries": {KEY: {"spec": {...}, "peak_bytes": N, "output_bytes": N,
+                                                "input_bytes": N, "peak_module": "..."}}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from vaemem.errors import VaememError
+from vaemem.files import write_atomic
+from vaemem.tracing.trace import TraceResult, TraceSpec
+
+CACHE_SCHEMA_VERSION = 1
+DEFAULT_CACHE = Path("fits/traces.json")
+ENTRY_FIELDS = {"spec": dict, "peak_bytes": int, "output_bytes": int, "input_bytes": int, "peak_module": str}
+
+
+def _entries_digest(entries: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def empty_cache(torch_version: str, diffusers_version: str) -> dict[str, Any]:
+    return {"schema_version": CACHE_SCHEMA_VERSION, "torch_version": torch_version,
+            "diffusers_version": diffusers_version, "entries": {}, "entries_sha256": _entries_digest({})}
+
+
+def read_cache(path: str | Path) -> dict[str, Any]:
+    """The cache at ``path``, validated: schema, versions, every entry's fields and types, and the digest."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise VaememError(f"cannot read dry-run cache {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise VaememError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("schema_version"), int):
+        raise VaememError(f"{path}: no integer schema_version: not a vaemem dry-run cache")
+    if doc["schema_version"] != CACHE_SCHEMA_VERSION:
+        newer = doc["schema_version"] > CACHE_SCHEMA_VERSION
+        raise VaememError(f"{path}: schema_version {doc['schema_version']} is "
+                          f"{'newer than' if newer else 'not'} the one this vaemem reads ({CACHE_SCHEMA_VERSION})"
+                          + ("; upgrade vaemem" if newer else ""))
+    for field in ("torch_version", "diffusers_version", "entries_sha256"):
+        if not isinstance(doc.get(field), str):
+            raise VaememError(f"{path}: {field} missing or not a string")
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        raise VaememError(f"{path}: entries missing or not an object")
+    for key, e in entries.items():
+        if not isinstance(e, dict):
+            raise VaememError(f"{path}: entry {key}: not an object")
+        for field, kind in ENTRY_FIELDS.items():
+            if not isinstance(e.get(field), kind) or isinstance(e.get(field), bool):
+                raise VaememError(f"{path}: entry {key}: {field} missing or not {kind.__name__}")
+        if e["peak_bytes"] < 0 or e["output_bytes"] < 0 or e["input_bytes"] < 0:
+            raise VaememError(f"{path}: entry {key}: negative bytes")
+        try:
+            spec = TraceSpec.from_dict(e["spec"])
+        except TypeError as err:
+            raise VaememError(f"{path}: entry {key}: bad spec ({err})") from None
+        if spec.key != key:
+            raise VaememError(f"{path}: entry {key}: its spec has key {spec.key}")
+    if _entries_digest(entries) != doc["entries_sha256"]:
+        raise VaememError(f"{path}: entries_sha256 does not match its entries (edited by hand?); re-run "
+                          f"`vaemem trace --record` for them")
+    return doc
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    doc = {**doc, "entries_sha256": _entries_digest(doc["entries"])}
+    return json.dumps(doc, sort_keys=True, indent=1) + "\n"
+
+
+def record(path: str | Path, results: Iterable[TraceResult]) -> dict[str, Any]:
+    """Merge ``results`` into the cache at ``path`` (created if absent). Results of another torch or diffusers
+    than the cache's are refused: one cache, one pair of versions."""
+    results = list(results)
+    path = Path(path)
+    if not results:
+        raise VaememError("nothing to record")
+    tv, dv = results[0].torch_version, results[0].diffusers_version
+    doc = read_cache(path) if path.exists() else empty_cache(tv, dv)
+    for r in results:
+        if (r.torch_version, r.diffusers_version) != (doc["torch_version"], doc["diffusers_version"]):
+            raise VaememError(f"{path} holds dry runs of torch {doc['torch_version']} / diffusers "
+                              f"{doc['diffusers_version']}; this is torch {r.torch_version} / diffusers "
+                              f"{r.diffusers_version}: write a cache of its own")
+        doc["entries"][r.spec.key] = {"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes,
+                                      "output_bytes": r.output_bytes, "input_bytes": r.input_bytes,
+                                      "peak_module": r.peak_module}
+    write_atomic(path, dumps(doc))
+    return doc
+
+
+def keep_only(path: str | Path, keys: set[str]) -> None:
+    """Drop every entry of the cache at ``path`` whose key is not in ``keys``."""
+    doc = read_cache(path)
+    kept = {k: v for k, v in doc["entries"].items() if k in keys}
+    if len(kept) != len(doc["entries"]):
+        write_atomic(path, dumps({**doc, "entries": kept}))
+
+
+def check_versions(doc: dict[str, Any]) -> list[str]:
+    """Differences between the cache's versions and the installed torch and diffusers (imports them)."""
+    import diffusers
+    import torch
+
+    out = []
+    if doc["torch_version"] != torch.__version__:
+        out.append(f"dry runs are of torch {doc['torch_version']}, installed is {torch.__version__}")
+    if doc["diffusers_version"] != diffusers.__version__:
+        out.append(f"dry runs are of diffusers {doc['diffusers_version']}, installed is {diffusers.__version__}")
+    return out

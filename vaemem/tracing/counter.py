@@ -1,0 +1,100 @@
+"""Count live tensor bytes: every storage an op creates, from its creation until it is freed.
+
+A ``TorchDispatchMode`` sees the output of every aten op. Each new storage is counted once (views and in-place
+results share their input's storage) and a weak reference on it subtracts its bytes when the last tensor using it
+dies (PyTorch keeps one Python object per live storage, so the reference dies with the storage). The same counter
+runs on fake tensors (the dry run) and on real CPU tensors (the known answer the tests compare against).
+
+Storages that exist before the counter starts (weights, the op's input) are not counted: as in a measurement,
+they are part of the baseline. Global module hooks keep a stack of module names, so the peak can say where it
+happened.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak of live tensor bytes while active; ``where`` is the module stack at the peak."""
+
+    def __init__(self, names: dict[int, str] | None = None) -> None:
+        super().__init__()
+        self.names = names or {}  # id(module) -> qualified name
+        self.live: dict[int, int] = {}  # storage address (its C pointer) -> counted bytes
+        self.baseline: set[int] = set()  # storages that existed before: weights, buffers, the input
+        self._refs: dict[int, weakref.ref] = {}
+        self.current = 0
+        self.peak = 0
+        self.where = ""
+        self._stack: list[str] = []
+        self._hooks: list[Any] = []
+
+    # -- module stack -------------------------------------------------------------------------------------------
+    def _pre(self, module: nn.Module, args: Any) -> None:
+        self._stack.append(self.names.get(id(module), type(module).__name__))
+
+    def _post(self, module: nn.Module, args: Any, out: Any) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    def __enter__(self) -> LiveBytes:
+        self._hooks = [nn.modules.module.register_module_forward_pre_hook(self._pre),
+                       nn.modules.module.register_module_forward_hook(self._post)]
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        super().__exit__(*exc)
+
+    # -- accounting ---------------------------------------------------------------------------------------------
+    def exclude(self, tensors: Any) -> None:
+        """Storages of ``tensors`` exist before the op (the baseline): views of them are never counted."""
+        for t in tensors:
+            self.baseline.add(t.untyped_storage()._cdata)
+
+    def bump(self, extra: int, where: str) -> None:
+        """Record a transient ``extra`` bytes above the current level (a replayed sub-call's inner peak)."""
+        if self.current + extra > self.peak:
+            self.peak = self.current + extra
+            self.where = where
+
+    def track(self, t: torch.Tensor) -> None:
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self.baseline:
+            return
+        nbytes = st.nbytes()
+        old = self.live.get(key)
+        if old is not None:
+            if nbytes != old:  # resized in place
+                self.current += nbytes - old
+                self.live[key] = nbytes
+            else:
+                return
+        else:
+            self.live[key] = nbytes
+            self.current += nbytes
+            self._refs[key] = weakref.ref(st, lambda _ref, key=key: self._free(key))
+        if self.current > self.peak:
+            self.peak = self.current
+            self.where = self._stack[-1] if self._stack else "(top level)"
+
+    def _free(self, key: int) -> None:
+        self.current -= self.live.pop(key, 0)
+        self._refs.pop(key, None)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.track(t)
+        return out

@@ -1,0 +1,139 @@
+"""The structure of the dry-run peak: a small declared basis per (architecture, op, dtype, tiling), from dry runs.
+
+Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on fresh dry runs):
+
+* Untiled, at fixed frames the peak is ``batch x (a x area + q x area^2 + base)``, area = width x height: linear
+  for convolutions (sd15 decode fp32: exactly 3072 B/px), plus a quadratic term where an attention over all
+  tokens materialises a (tokens x tokens) tensor (HunyuanVideo's causal mask is one, whatever the SDPA kernel).
+  For an image model the three numbers are fixed. For a video model ``g`` changes regime with the clip (Wan's first chunk, HunyuanVideo's
+  16-frame windows, the growing output clip), so each of the three is declared piecewise linear in frames over the
+  knots of 1, 2, 3, 4, 5 and 9 latent frames (a knot at every latent frame up to HunyuanVideo's 16-frame
+  window, where its mask stops growing quadratically), extrapolated past the last knot along the last segment (by
+  then the growth is the output clip's copies). Below the smallest traced area a max of regimes can take over (a
+  tiny model's mask against its convolutions), so the estimator prices smaller areas at the smallest traced one:
+  an upper bound, as the peak grows with area.
+* Tiled (images), the peak is one tile's working set plus the decoded-tile store plus the output:
+  ``peak = a * tile^2 + b * n_tiles * tile^2 + c * width * height + base``, with ``n_tiles`` the tiles the class's
+  loop visits (a latent stride of tile x (1 - overlap)). Tiled video is not structured (it is priced from its own
+  measured points only).
+* fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
+  (fp32 upcasts in some norms), so fp32 and half precision each have their own structure. The math attention path
+  and slicing are dry-run options, not structured.
+
+The evaluation lives in :mod:`vaemem.estimate` (stdlib only); this module chooses the dry runs and fits the basis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from vaemem import estimate as est
+from vaemem.models.zoo import ModelSpec, get_spec, registry
+from vaemem.tracing.trace import TraceSpec
+
+STRUCTURE_DTYPES = ("fp32", "bf16")  # fp16 is priced by the bf16 structure (identical dry runs)
+TILE_GRID = ((256, 768, 512), (256, 1024, 1024), (320, 1024, 768), (384, 1024, 768), (384, 768, 768),
+             (512, 1024, 768), (512, 1280, 1024))  # (tile, width, height)
+TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
+
+
+def frame_knots(spec: ModelSpec) -> list[int]:
+    if not spec.is_video:
+        return [1]
+    s = spec.info.frame_step or spec.temporal_factor
+    return [1 + s * (t - 1) for t in (1, 2, 3, 4, 5, 9)]
+
+
+def _sizes(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """Three square sizes spanning 16-64x in area from 64 px: the smallest bounds the range priced exactly."""
+    a = 256 if spec.spatial_factor >= 32 else 128
+    return (64, 64), (a, a), (2 * a, 2 * a)
+
+
+def grid(name: str, op: str, dtype: str, tiled: bool) -> list[TraceSpec]:
+    """The dry runs a structure is derived from."""
+    spec = get_spec(name)
+    if tiled:
+        return [TraceSpec(name, op, dtype, w, h, tile=t) for t, w, h in TILE_GRID]
+    return [TraceSpec(name, op, dtype, w, h, frames=f) for f in frame_knots(spec) for w, h in _sizes(spec)]
+
+
+def structured(name: str) -> list[tuple[str, str, bool]]:
+    """(op, dtype, tiled) combinations with a structure for zoo model ``name``."""
+    spec = get_spec(name)
+    out = []
+    for op in spec.ops:
+        for dtype in STRUCTURE_DTYPES:
+            out.append((op, dtype, False))
+            if op == "decode" and spec.kernel in TILED_MODELS_KINDS and not spec.tiled_refusal(op):
+                out.append((op, dtype, True))
+    return out
+
+
+def zoo_grid() -> list[TraceSpec]:
+    """Every dry run that derives the structure of every real architecture (identical layers traced once)."""
+    out = []
+    for name, spec in registry().items():
+        if spec.tiny or spec.architecture != name:
+            continue
+        for op, dtype, tiled in structured(name):
+            out += grid(name, op, dtype, tiled)
+    return out
+
+
+def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
+    import numpy as np
+
+    coef, *_ = np.linalg.lstsq(np.array(rows, dtype=float), np.array(y, dtype=float), rcond=None)
+    return [float(c) for c in coef]
+
+
+def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool) -> dict[str, Any] | None:
+    """The structure of (``name``, op, dtype, tiling) from dry-run cache entries, or None if the cache lacks
+    its grid. Rounded to whole bytes (per pixel to 1e-3) so the file is deterministic."""
+    spec = get_spec(name)
+    peaks = {}
+    for e in entries:
+        s = e["spec"]
+        if (s["model"], s["op"], s["dtype"], bool(s["tile"])) == (name, op, dtype, tiled) and s["batch"] == 1 \
+                and s["overlap"] == 0.25 and s["attention"] == "fused" and not s["slicing"] \
+                and s["conv3d"] == "native":
+            peaks[(s["width"], s["height"], s["frames"], s["tile"])] = e["peak_bytes"]
+    wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled)]
+    if any(k not in peaks for k in wanted):
+        return None
+    f = spec.spatial_factor
+    if tiled:
+        rows = [est.tiled_features(w, h, t, f, 0.25) for w, h, _, t in wanted]
+        coef = _solve(rows, [peaks[k] for k in wanted])
+        out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f,
+               "coef": [round(c, 3) for c in coef]}
+    else:
+        knots, slopes, quads, bases = frame_knots(spec), [], [], []
+        for fr in knots:
+            areas = [float(w * h) for w, h in _sizes(spec)]
+            a, q, b = _solve([[x, x * x, 1.0] for x in areas], [peaks[(w, h, fr, None)] for w, h in _sizes(spec)])
+            slopes.append(round(a, 3))
+            quads.append(float(f"{q:.6e}"))
+            bases.append(round(b))
+        out = {"kind": "frames", "knots": knots, "bytes_per_pixel": slopes, "bytes_per_pixel_squared": quads,
+               "base_bytes": bases, "area_min": min(w * h for w, h in _sizes(spec))}
+    errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / peaks[(w, h, fr, t)]
+              for w, h, fr, t in wanted]
+    out["max_rel_error_in_sample"] = round(max(errors), 5)
+    out["n_dry_runs"] = len(wanted)
+    return out
+
+
+def derive_all(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every structure the cache can give, keyed by :func:`vaemem.estimate.structure_key`."""
+    out = {}
+    for name, spec in registry().items():
+        if spec.tiny or spec.architecture != name:
+            continue
+        for op, dtype, tiled in structured(name):
+            s = derive(entries, name, op, dtype, tiled)
+            if s is not None:
+                out[est.structure_key(name, op, dtype, tiled)] = s
+    return out

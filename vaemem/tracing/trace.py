@@ -1,0 +1,250 @@
+"""The dry run of one point: build the model on fake tensors, run the op, count live tensor bytes.
+
+Method (see ../shared/reference/structure.md): the model is built with its parameters on the meta device and
+moved with ``to_empty`` inside ``FakeTensorMode``, so weights and activations carry shapes, dtypes and storages
+but no memory and no arithmetic. The op's input is created before counting starts (as in a measurement, it is part
+of the baseline), then :class:`~vaemem.tracing.counter.LiveBytes` counts every storage the op creates until it is
+freed. The result is exact and deterministic for a given torch and diffusers.
+
+Speed: a tiled op calls its decoder (or encoder) once per tile with mostly equal tile shapes, and a naive dry run
+pays one Python pass per tile. A call whose arguments are tensors and scalars only, and that leaves nothing alive
+but its one output tensor, is replayed for the next call of the same signature: the counter is raised by the
+first call's inner peak and an output of the same shape is created. That is exact whenever the module's memory
+depends on its input shapes alone (true of convolutional stacks); a call that keeps state (Wan's feature cache,
+passed as a list) is never replayed. The tests compare replayed dry runs with the same accounting on real tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from vaemem.errors import VaememError
+from vaemem.models.zoo import ModelSpec, get_spec
+
+ATTENTION = ("fused", "math")
+CONV3D = ("native", "decomposed")
+DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
+
+
+@dataclass(frozen=True, order=True)
+class TraceSpec:
+    """One dry-run point. ``overlap`` is the tile overlap fraction (diffusers' default 0.25); ``attention`` is
+    ``fused`` (an SDPA kernel, no score matrix) or ``math`` (the score matrix is materialised); ``slicing`` is
+    diffusers' ``enable_slicing`` (one batch item at a time); ``conv3d`` is ``native`` or ``decomposed``."""
+
+    model: str
+    op: str
+    dtype: str
+    width: int
+    height: int
+    batch: int = 1
+    frames: int = 1
+    tile: int | None = None
+    overlap: float = 0.25
+    attention: str = "fused"
+    slicing: bool = False
+    conv3d: str = "native"
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the dry run (cache key)."""
+        return (f"{self.model}/{self.op}/{self.dtype}/{self.width}x{self.height}/b{self.batch}/f{self.frames}"
+                f"/t{self.tile or 0}/o{self.overlap:g}/{self.attention}/{'sliced' if self.slicing else 'whole'}"
+                f"/{self.conv3d}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TraceSpec:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """The dry run's answer: ``peak_bytes`` of live tensors the op created, where the peak happened, how much of
+    it is the output, and the input's bytes (baseline, not in the peak)."""
+
+    spec: TraceSpec
+    peak_bytes: int
+    output_bytes: int
+    input_bytes: int
+    peak_module: str
+    replayed_calls: int
+    wall_s: float
+    torch_version: str
+    diffusers_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["spec"] = self.spec.to_dict()
+        d["key"] = self.spec.key
+        return d
+
+
+def validate_trace(spec: TraceSpec, model: ModelSpec) -> None:
+    """Refuse a dry run that cannot happen, with the reason (the same geometry rules as measurement points)."""
+    from vaemem.measuring.point import check_geometry
+
+    check_geometry(model, spec.op, spec.dtype, spec.width, spec.height, spec.batch, spec.frames, spec.tile)
+    if spec.attention not in ATTENTION:
+        raise VaememError(f"unknown attention path {spec.attention!r}; choose one of: {', '.join(ATTENTION)}")
+    if spec.conv3d not in CONV3D:
+        raise VaememError(f"unknown conv3d path {spec.conv3d!r}; choose one of: {', '.join(CONV3D)}")
+    if spec.conv3d == "decomposed" and model.family not in DECOMPOSABLE:
+        raise VaememError(f"the conv3d decomposition applies to the causal conv3d of Wan and MiniMax-H3, not to "
+                          f"{model.name} ({model.class_name})")
+    if not isinstance(spec.overlap, (int, float)) or not 0.0 <= spec.overlap < 1.0:
+        raise VaememError(f"tile overlap is a fraction in [0, 1), got {spec.overlap!r}")
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """A diffusers VAE ``config.json`` from a file, as a dict."""
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except OSError as e:
+        raise VaememError(f"cannot read config {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise VaememError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(cfg, dict) or "_class_name" not in cfg:
+        raise VaememError(f"{path}: a diffusers VAE config needs a _class_name")
+    return cfg
+
+
+class _Replay:
+    """Replays calls of one callable whose memory depends on input shapes only (see the module docstring): a
+    call that leaves exactly one new tensor alive (a decoder on a tile) or nothing new and returns one of its
+    arguments (diffusers' in-place ``blend_v``/``blend_h``)."""
+
+    def __init__(self, owner: Any, attr: str, counter: Any) -> None:
+        self.owner, self.attr, self.counter = owner, attr, counter
+        self.original = getattr(owner, attr)
+        self.seen: dict[tuple, tuple | None] = {}
+        self.replayed = 0
+
+    @staticmethod
+    def _signature(args: tuple, kwargs: dict) -> tuple | None:
+        import torch
+
+        sig: list[Any] = [tuple(sorted(kwargs))]
+        for v in (*args, *(kwargs[k] for k in sorted(kwargs))):
+            if isinstance(v, torch.Tensor):
+                sig.append(("T", tuple(v.shape), v.dtype, v.device.type))
+            elif v is None or isinstance(v, (bool, int, float, str)):
+                sig.append(v)
+            else:
+                return None  # lists, caches, modules: state may flow through, never replay
+        return tuple(sig)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        sig = self._signature(args, kwargs)
+        entry = self.seen.get(sig) if sig is not None else None
+        if entry is not None:
+            inner, kind, payload, where = entry
+            self.counter.bump(inner, where)
+            self.replayed += 1
+            if kind == "arg":
+                return args[payload]
+            shape, dtype = payload
+            return torch.empty(shape, dtype=dtype, device=args[0].device)
+        c = self.counter
+        before, peak_before, where_before = c.current, c.peak, c.where
+        c.peak = c.current  # measure this call's own inner peak
+        out = self.original(*args, **kwargs)
+        inner, where = c.peak - before, c.where
+        if c.peak < peak_before:
+            c.peak, c.where = peak_before, where_before
+        if sig is not None and sig not in self.seen:
+            left = c.current - before
+            same = [i for i, a in enumerate(args) if a is out]
+            if isinstance(out, torch.Tensor) and left == 0 and same:
+                self.seen[sig] = (inner, "arg", same[0], where)
+            elif isinstance(out, torch.Tensor) and not same and left == out.untyped_storage().nbytes():
+                self.seen[sig] = (inner, "new", (tuple(out.shape), out.dtype), where)
+            else:
+                self.seen[sig] = None
+        return out
+
+
+@contextmanager
+def _replaying(model: Any, counter: Any) -> Iterator[list[_Replay]]:
+    """Replay the decoder and encoder (per tile) and the blend helpers of a tiled op."""
+    replays = []
+    for name in ("decoder", "encoder"):
+        sub = getattr(model, name, None)
+        if sub is not None and any(True for _ in sub.parameters()):
+            replays.append(_Replay(sub, "forward", counter))
+    for name in ("blend_v", "blend_h"):
+        if callable(getattr(model, name, None)):
+            replays.append(_Replay(model, name, counter))
+    for r in replays:
+        setattr(r.owner, r.attr, r)
+    try:
+        yield replays
+    finally:
+        for r in replays:
+            del r.owner.__dict__[r.attr]
+
+
+def _model_spec(spec: TraceSpec, config: dict[str, Any] | None) -> ModelSpec:
+    from vaemem.models.zoo import spec_from_config
+
+    return spec_from_config(spec.model, config) if config is not None else get_spec(spec.model)
+
+
+def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool = True,
+          replay: bool = True) -> TraceResult:
+    """Dry-run ``spec`` (a zoo model, or any supported diffusers VAE ``config`` under the name ``spec.model``).
+
+    ``fake=False`` runs the same accounting on real CPU tensors with seeded weights: the known answer the tests
+    compare the dry run against (affordable for tiny models only). ``replay=False`` turns tile replay off.
+    """
+    import diffusers
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from vaemem.models.build import DTYPES, build_model, configure_tiling, input_shape, run_op
+    from vaemem.tracing.counter import LiveBytes
+
+    mspec = _model_spec(spec, config)
+    validate_trace(spec, mspec)
+    t0 = time.perf_counter()
+    with ExitStack() as stack:
+        if fake:
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=None if fake else 0)
+        configure_tiling(model, mspec, spec.tile, spec.overlap)
+        if spec.slicing:
+            model.use_slicing = True
+        shape = input_shape(mspec, spec.op, spec.width, spec.height, spec.batch, spec.frames)
+        x = torch.zeros(shape, dtype=DTYPES[spec.dtype]) if fake else torch.randn(shape).to(DTYPES[spec.dtype])
+        if spec.conv3d == "decomposed":
+            from vaemem.conv3d.patch import decomposed_conv3d
+
+            stack.enter_context(decomposed_conv3d(model))
+        if spec.attention == "math":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        names = {id(m): n or type(model).__name__ for n, m in model.named_modules()}
+        counter = LiveBytes(names)
+        counter.exclude([*model.parameters(), *model.buffers(), x])
+        stack.enter_context(torch.no_grad())
+        replays = stack.enter_context(_replaying(model, counter)) if replay and spec.tile else []
+        with counter:
+            out = run_op(model, spec.op, x)
+            output_bytes = out.untyped_storage().nbytes()
+        peak, where = counter.peak, counter.where
+        replayed = sum(r.replayed for r in replays)
+        input_bytes = x.untyped_storage().nbytes()
+        del out
+    return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, replayed,
+                       round(time.perf_counter() - t0, 3), torch.__version__, diffusers.__version__)
