@@ -95,6 +95,49 @@ def test_host_allocator_settings_never_leak_into_a_point():
     assert allocators.startup_env("cudaMallocAsync") == {} and allocators.late_env("glibc-fixed") == {}
 
 
+def test_the_allocator_check_tells_expandable_from_expandable_off():
+    m = allocators.allocator_mismatch
+    assert m("expandable", "native", "expandable_segments:True") is None
+    assert m("expandable-off", "native", "expandable_segments:False") is None
+    assert "expandable_segments:True" in m("expandable-off", "native", "expandable_segments:True")
+    assert m("expandable", "native", "") is not None  # torch reports no setting: it did not take
+    assert "backend cudaMallocAsync" in m("native", "cudaMallocAsync", "")
+    assert m("expandable", "native", None) is None  # an old torch that cannot say: nothing to compare
+
+
+def test_the_child_reads_the_allocator_settings_from_torch():
+    """rig_info on a fake CUDA torch records get_allocator_backend() and the parsed settings."""
+    from types import SimpleNamespace
+
+    from vaemem.measuring.rig import rig_info
+
+    props = SimpleNamespace(name="Fake GPU", total_memory=1 << 30)
+    cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: props,
+                           memory=SimpleNamespace(get_allocator_backend=lambda: "native"))
+    fake = SimpleNamespace(cuda=cuda, version=SimpleNamespace(cuda="12.8", hip=None), __version__="2.13.0",
+                           backends=SimpleNamespace(cudnn=SimpleNamespace(is_available=lambda: True,
+                                                                          version=lambda: 90100)),
+                           _C=SimpleNamespace(_accelerator_getAllocatorSettings=lambda: "expandable_segments:False"),
+                           get_num_threads=lambda: 4)
+    info = rig_info(fake, "cuda:0", "fp16")
+    assert info["allocator_backend_seen"] == "native"
+    assert info["allocator_settings_seen"] == "expandable_segments:False"
+    assert allocators.allocator_mismatch("expandable", info["allocator_backend_seen"],
+                                         info["allocator_settings_seen"]) is not None
+
+
+def test_the_child_environment_is_an_allow_list():
+    host = {"PATH": "/bin", "HOME": "/h", "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1", "LD_PRELOAD": "x.so",
+            "PYTORCH_NO_CUDA_MEMORY_CACHING_ALLOC_CONF": "1", "CUDA_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0",
+            "MIOPEN_USER_DB_PATH": "/db", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "SYSTEMROOT": "C:\\Windows",
+            "SOME_PLUGIN_SETTING": "1", "OMP_NUM_THREADS": "2"}
+    env = allocators.child_env("glibc", host)
+    assert set(env) == {"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "MIOPEN_USER_DB_PATH",
+                        "CUBLAS_WORKSPACE_CONFIG", "SYSTEMROOT", "OMP_NUM_THREADS"}
+    assert allocators.memory_env_seen(env) == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+                                               "MIOPEN_USER_DB_PATH": "/db", "OMP_NUM_THREADS": "2"}
+
+
 # ---- probes -----------------------------------------------------------------------------------------------------
 
 def test_cpu_probe_known_answer_in_process():
@@ -240,7 +283,7 @@ def test_failures_are_records_and_larger_points_are_skipped_after_oom(tmp_path):
     assert [r["status"] for r in recs] == ["crash", "oom", "skipped-after-oom", "skipped-after-oom"]
     assert recs[0]["exit_code"] == -11 and "Segmentation" in recs[0]["stderr_tail"]
     assert [p.width for p in fake.ran] == [64, 96]
-    recs = measure(_pts(64), tmp_path / "t.jsonl", rig="r", runs=1,
+    recs = measure(_pts(64), tmp_path / "t.jsonl", rig="r2", runs=1,
                    launcher_factory=lambda n: FakeLauncher(fail={pts[0].key: "timeout"}))
     assert recs[0]["status"] == "timeout"
 
@@ -286,6 +329,16 @@ def test_real_runs_are_fresh_processes(tmp_path, launcher_cls):
     fixed = [r for r in recs if r["allocator"] == "glibc-fixed"]
     assert fixed[0]["rig"]["allocator_env_seen"] == allocators.GLIBC_FIXED
     assert [r for r in recs if r["allocator"] == "glibc"][0]["rig"]["allocator_env_seen"] == {}
+
+
+def test_host_glibc_tunables_never_reach_a_real_child(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4096")
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "1")
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    pts = [validate(Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc"))]
+    (rec,) = measure(pts, tmp_path / "m.jsonl", rig="t", runs=1, launcher_factory=lambda n: ForkLauncher())
+    assert rec["status"] == "ok" and rec["rig"]["allocator_env_seen"] == {}
+    assert rec["rig"]["memory_env_seen"] == {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
 
 
 def _kill_worker_after(delay_s: float, sig: int) -> threading.Thread:
@@ -407,3 +460,193 @@ def test_an_oom_while_building_is_an_oom(monkeypatch):
     monkeypatch.setattr(build, "build_model", no_memory)
     result = worker.measure_point(_pts(64)[0], 0.0)
     assert result["status"] == "oom" and result["error"].startswith("while building")
+
+
+# ---- nothing is ever lost; bad files are refused before anything runs (issue 11) ------------------------------
+
+def test_a_failed_append_is_cut_back_to_the_last_whole_line(tmp_path, monkeypatch):
+    from vaemem.measuring import store
+
+    path = tmp_path / "m.jsonl"
+    append_record(path, {"schema_version": 1, "i": 0})
+    before = path.read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "write", half_then_full)
+    with pytest.raises(VaememError, match="No space left on device; the line was not written"):
+        append_record(path, {"schema_version": 1, "i": 1, "pad": "x" * 1000})
+    monkeypatch.setattr(store.os, "write", real_write)
+    assert path.read_bytes() == before  # no half line left behind
+    append_record(path, {"schema_version": 1, "i": 2})
+    assert [r["i"] for _, _, r in iter_records([path])] == [0, 2]
+
+
+def test_a_short_write_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):
+    from vaemem.measuring import store
+
+    path = tmp_path / "m.jsonl"
+    real_write = os.write
+    monkeypatch.setattr(store.os, "write", lambda fd, data: real_write(fd, data[:3]))
+    with pytest.raises(VaememError, match="short write"):
+        append_record(path, {"schema_version": 1, "i": 1})
+    assert path.read_bytes() == b""
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda p: p.mkdir(), "not a regular file"),
+    (lambda p: os.mkfifo(p), "not a regular file"),
+    (lambda p: (p.parent / "f").write_text("x") or None, None),
+])
+def test_out_must_be_a_regular_file_checked_before_anything_runs(tmp_path, make, message):
+    from vaemem.measuring.store import check_out_path
+
+    target = tmp_path / "out.jsonl"
+    make(target)
+    if message is None:  # below a regular file
+        target = tmp_path / "f" / "out.jsonl"
+        message = "is not a directory"
+    fake = FakeLauncher()
+    with pytest.raises(VaememError, match=message):
+        measure(_pts(64), target, rig="r", runs=1, launcher_factory=lambda n: fake)
+    assert fake.ran == []
+    with pytest.raises(VaememError, match=message):
+        check_out_path(target)
+
+
+def test_out_under_proc_is_refused():
+    from vaemem.measuring.store import check_out_path
+
+    with pytest.raises(VaememError, match="--out /proc/vaemem.jsonl"):
+        check_out_path("/proc/vaemem.jsonl")
+
+
+def test_readers_refuse_a_fifo_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "m.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(VaememError, match="not a regular file"):
+        list(iter_records([fifo]))
+
+
+@pytest.mark.parametrize("drop,change,message", [
+    ("width", {}, "width missing"), ("point_key", {}, "point_key missing"), ("run", {}, "run missing"),
+    (None, {"demand_bytes": -5}, "an ok run needs a non-negative integer demand_bytes"), (None, {"status": "great"}, "status 'great'"),
+    (None, {"frames": 0}, "frames missing or not a positive"), (None, {"rig": {}}, "rig.name missing"),
+])
+def test_a_bad_measurement_line_names_file_and_line_and_can_be_skipped(tmp_path, drop, change, message):
+    good = {"schema_version": 1, "model": "tiny-kl", "op": "decode", "dtype": "fp32", "width": 64, "height": 64,
+            "batch": 1, "frames": 1, "point_key": "k", "run": 0, "status": "ok", "demand_bytes": 10,
+            "rig": {"name": "r"}}
+    bad = {k: v for k, v in good.items() if k != drop} | change
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(VaememError, match=rf"m.jsonl:2: {message}"):
+        list(iter_records([path]))
+    skipped: list = []
+    assert len(list(iter_records([path], skip_bad=True, bad=skipped))) == 1 and skipped[0].line == 2
+
+
+def test_shards_write_files_of_their_own_and_resume_reads_them_all(tmp_path):
+    from typer.testing import CliRunner
+
+    from vaemem.cli import app
+
+    pts = _pts(64, 96, 128, 160)
+    for k in (1, 2):
+        measure(shard(pts, k, 2), tmp_path / f"r.shard-{k}-of-2.jsonl", rig="r", runs=1,
+                launcher_factory=lambda n: FakeLauncher())
+    fake = FakeLauncher()
+    assert measure(pts, tmp_path / "r.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake) == []
+    assert fake.ran == []  # every run is in one shard file or the other
+    res = CliRunner().invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                                   "--shard", "1/3", "--rig", "r", "--dry-run"])
+    assert res.exit_code == 0 and "measurements/r.shard-1-of-3.jsonl" in res.output
+
+
+def test_a_run_recorded_twice_is_counted_once(tmp_path):
+    from vaemem.fit.coefficients import load_dataset
+
+    out = tmp_path / "a.jsonl"
+    measure(_pts(64, 96), out, rig="r", runs=1, launcher_factory=lambda n: FakeLauncher())
+    (tmp_path / "b.jsonl").write_bytes(out.read_bytes())
+    assert load_dataset([tmp_path]).runs == 2
+
+
+# ---- nothing a sweep started outlives it (issue 11) -------------------------------------------------------------
+
+def test_a_helper_that_prints_while_importing_cannot_break_the_protocol(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text('print("hello from a noisy plugin", flush=True)\nprint("{not json")\n')
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    pts = [validate(Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc-fixed"))]
+    (rec,) = measure(pts, tmp_path / "m.jsonl", rig="t", runs=1, launcher_factory=lambda n: ForkLauncher())
+    assert rec["status"] == "ok"
+
+
+def _grandchildren(root: int) -> list[int]:
+    """The measuring children of a sweep: descendants of its fork helper (a forked child keeps the helper's
+    command line, so only the depth tells them apart)."""
+    return [g for c in descendants(root) for g in descendants(c)]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            if Path(f"/proc/{p}/stat").read_text().split()[2] != "Z":
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+def test_when_the_helper_dies_its_running_child_is_killed_too(tmp_path):
+    big = validate(Point("sd15", "decode", "fp32", 1024, 1024))  # minutes: certainly mid-run when the helper dies
+    launch = ForkLauncher()
+    helper = launch._helper("glibc")
+    seen: list[int] = []
+
+    def kill_helper():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not seen:
+            time.sleep(0.2)
+            seen.extend(descendants(helper.proc.pid))
+        time.sleep(1.0)
+        os.kill(helper.proc.pid, signal.SIGKILL)
+
+    t = threading.Thread(target=kill_helper, daemon=True)
+    t.start()
+    (rec,) = measure([big], tmp_path / "h.jsonl", rig="t", runs=1, launcher_factory=lambda n: launch)
+    t.join()
+    assert rec["status"] == "crash" and seen
+    time.sleep(0.5)
+    assert _alive(seen) == []  # the child was killed with its group, not orphaned
+
+
+def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path):
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    out = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "vaemem.cli", "measure", "-m", "sd15", "--op", "decode",
+                             "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--out", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    workers: list[int] = []
+    while time.monotonic() < deadline and not workers:
+        time.sleep(0.2)
+        workers = _grandchildren(proc.pid)
+    assert workers, "the run never started"
+    everything = [proc.pid, *descendants(proc.pid)]
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated: 0 runs kept" in err
+    time.sleep(0.5)
+    assert _alive(everything) == [] and [p.name for p in tmp.iterdir() if p.name.startswith("vaemem")] == []

@@ -14,11 +14,10 @@ from typing import Any, Optional
 import typer
 
 from vaemem.errors import VaememError
+from vaemem.estimate import MIB  # stdlib only: the CLI stays light
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure, fit and estimate the working memory of VAE decode and encode.")
-
-MIB = 1024 * 1024
 
 
 def _console() -> Any:
@@ -78,7 +77,8 @@ def measure(
     shard_spec: Optional[str] = typer.Option(None, "--shard", help="K/N: run the stable K-th of N of the grid"),
     devices: Optional[str] = typer.Option(None, help="GPU indices, e.g. 0,1: one point per GPU at a time"),
     rig: Optional[str] = typer.Option(None, help="rig name (default <hostname>-<device type>)"),
-    out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/<rig>.jsonl)"),
+    out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/<rig>.jsonl, or "
+                                       "measurements/<rig>.shard-K-of-N.jsonl with --shard)"),
     force: bool = typer.Option(False, help="re-run runs already recorded for this rig"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="re-measure runs recorded as crash, timeout or "
                                       "skipped-after-oom (a resume keeps them otherwise)"),
@@ -103,14 +103,21 @@ def measure(
         else:
             points = pt.build_grid(model, op, dtype, res, batch or None, frames or None,
                                    list(tile) or None, allocator or None, device)
-        if shard_spec:
-            points = pt.shard(points, *pt.parse_shard(shard_spec))
+        shard_k_n = pt.parse_shard(shard_spec) if shard_spec else None
+        if shard_k_n:
+            points = pt.shard(points, *shard_k_n)
         gpu_list = _parse_devices(devices)
         rig_name = rig or default_rig_name(device)
-        out_path = out or Path("measurements") / f"{rig_name}.jsonl"
+        # a shard writes a file of its own: shards of a Slurm array or CI matrix often share a network filesystem,
+        # where file locks are not to be trusted; resume, fit and report read every file of the folder
+        default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
+        out_path = out or Path("measurements") / default_name
         from vaemem.measuring.runner import check_options
 
         check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
+        from vaemem.measuring.store import check_out_path
+
+        check_out_path(out_path)
         _print_plan(points, out_path, rig_name, runs, force, retry_failed, as_json)
         if not dry_run:
             _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
@@ -235,6 +242,15 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     from vaemem.report.tables import sweep_table
 
     check_options(points, runs, launcher, timeout, devices)  # before the bar starts: a bad option is one line
+    import signal
+
+    class Terminated(KeyboardInterrupt):
+        """SIGTERM, raised where the sweep is, so the launcher kills every child group and removes its files."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     console = _console()
     records: list[dict] = []
     planned: list[int] = []
@@ -259,9 +275,12 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
                         retry_failed=retry_failed, devices=devices, on_record=on_record, on_plan=on_plan)
         finally:
             bar.stop()
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: {len(records)} runs kept in {out}", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as stop:
+        typer.echo(f"{'terminated' if isinstance(stop, Terminated) else 'interrupted'}: {len(records)} runs kept in "
+                   f"{out}", err=True)
+        raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if planned == [0]:
         console.print(f"nothing to do: all {len(points)} points x {runs} runs are already in {out} (--force re-runs)")
         return

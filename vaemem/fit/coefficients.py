@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
+from vaemem.estimate import GROUP_KEYS, group_id  # the estimator owns the key
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.store import BadLine, dumps_line, expand_paths, iter_records
 
 COEFFICIENTS_SCHEMA_VERSION = 2
 EXCEPTIONS_SCHEMA_VERSION = 1
-GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
 QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
 SLOPE_STEP = 0.01  # bytes per pixel
 BASE_STEP = MIB
@@ -49,11 +49,6 @@ def ceil_step(value: float, step: float) -> float:
     """Round up to a multiple of ``step``; a 1e-9 relative guard keeps solver noise from adding a whole step."""
     units = math.ceil(round(value / step * (1 - 1e-9), 6))
     return round(units * step, 10)
-
-
-def group_id(key: dict[str, Any]) -> str:
-    """``sd15/decode/onednn/glibc-fixed/fp32/linux/untiled``: a readable, stable name of a group."""
-    return "/".join(str(key[k]) if k != "tiled" else ("tiled" if key[k] else "untiled") for k in GROUP_KEYS)
 
 
 @dataclass
@@ -86,7 +81,12 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
 
     files = expand_paths(paths)
     skipped: list[BadLine] = []
-    records = [(p, n, r) for p, n, r in iter_records(files, skip_bad=skip_bad, bad=skipped)]
+    records, seen_lines = [], set()
+    for p, n, r in iter_records(files, skip_bad=skip_bad, bad=skipped):
+        line = dumps_line(r)
+        if line not in seen_lines:  # a run recorded twice (a shard file copied beside the merged one) counts once
+            seen_lines.add(line)
+            records.append((p, n, r))
     if not records:
         raise VaememError(f"no measurements in {', '.join(str(p) for p in paths)}")
     digest = hashlib.sha256(b"".join(sorted(dumps_line(r) for _, _, r in records))).hexdigest()

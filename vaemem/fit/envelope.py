@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from vaemem.errors import VaememError
 
-MIB = 1024 * 1024
+from vaemem.estimate import MIB
 MPX = 1_000_000
 
 

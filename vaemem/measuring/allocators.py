@@ -26,10 +26,60 @@ _TORCH_CONF = {
 # What torch.cuda.memory.get_allocator_backend() must report for the setting to have taken.
 EXPECTED_BACKEND = {"native": "native", "cudaMallocAsync": "cudaMallocAsync", "expandable": "native",
                     "expandable-off": "native"}
+# ... and what the allocator's own settings (torch._C._accelerator_getAllocatorSettings()) must hold, which is the
+# only place expandable and expandable-off differ.
+EXPECTED_SETTING = {"expandable": "expandable_segments:True", "expandable-off": "expandable_segments:False"}
+
+
+def allocator_mismatch(allocator: str, backend_seen: str | None, settings_seen: str | None) -> str | None:
+    """Why the allocator torch reports is not the one ``allocator`` asked for, or None when it is (or when torch
+    reports nothing to compare)."""
+    expected = EXPECTED_BACKEND.get(allocator)
+    if expected and backend_seen and backend_seen != expected:
+        return f"allocator {allocator} asked, torch reports backend {backend_seen}"
+    want = EXPECTED_SETTING.get(allocator)
+    if want and settings_seen is not None and want not in settings_seen.replace(" ", ""):
+        return f"allocator {allocator} asked, torch's allocator settings are {settings_seen!r}"
+    return None
+
+
+# The child's environment is built from this allow-list, never by removing known names: what a process needs to
+# run and find its devices, caches and thread counts passes; nothing else does.
+PASS_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
+    "TMPDIR", "TMP", "TEMP", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH",
+    "HIP_PATH", "HSA_OVERRIDE_GFX_VERSION", "XDG_CACHE_HOME", "TORCH_HOME", "HF_HOME",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "CUBLAS_WORKSPACE_CONFIG", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER", "ZE_AFFINITY_MASK",
+    # Windows: a process does not start without these
+    "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "APPDATA", "LOCALAPPDATA", "USERPROFILE",
+    "PROGRAMDATA", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
+})
+PASS_PREFIXES = ("MIOPEN_", "LC_")
+PASS_SUFFIXES = ("_VISIBLE_DEVICES",)
+# Variables that pass and change memory: recorded in every run's rig.
+RECORDED_NAMES = frozenset({"CUBLAS_WORKSPACE_CONFIG", "CUDA_MODULE_LOADING", "HSA_OVERRIDE_GFX_VERSION",
+                            "OMP_NUM_THREADS", "MKL_NUM_THREADS"})
+RECORDED_PREFIXES = ("MIOPEN_",)
 
 
 def _is_allocator_var(name: str) -> bool:
-    return name in TORCH_ALLOC_VARS or name.startswith("MALLOC_")
+    """Allocator settings of a host, which must never reach a point (recorded when seen in a child)."""
+    return name in TORCH_ALLOC_VARS or name.startswith("MALLOC_") or name in ("GLIBC_TUNABLES", "LD_PRELOAD") \
+        or (name.startswith("PYTORCH_") and name.endswith("ALLOC_CONF"))
+
+
+def passes(name: str) -> bool:
+    """Whether a host variable reaches a measuring child."""
+    if _is_allocator_var(name):
+        return False
+    return name in PASS_NAMES or name.startswith(PASS_PREFIXES) or name.endswith(PASS_SUFFIXES)
+
+
+def memory_env_seen(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables that passed and change memory, as this process has them (recorded with every run)."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in sorted(env.items()) if k in RECORDED_NAMES or k.startswith(RECORDED_PREFIXES)}
 
 
 def startup_env(allocator: str) -> dict[str, str]:
@@ -44,8 +94,8 @@ def late_env(allocator: str) -> dict[str, str]:
 
 
 def clean_env(base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` without any allocator variable: a host setting must never leak into a point."""
-    return {k: v for k, v in base.items() if not _is_allocator_var(k)}
+    """The allow-listed part of ``base``: a host's allocator settings (or anything undeclared) never reach a point."""
+    return {k: v for k, v in base.items() if passes(k)}
 
 
 def child_env(allocator: str, base: Mapping[str, str] | None = None) -> dict[str, str]:

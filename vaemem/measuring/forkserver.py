@@ -1,8 +1,13 @@
 """The fork helper: imports torch and diffusers once, then forks one child per request.
 
-Protocol, one JSON object per line. Parent -> helper: ``{"task", "result_path", "stderr_path", "late_env"}``.
-Helper -> parent: ``{"ready": true}`` once imported, then per request ``{"pid"}`` right after the fork and
-``{"pid", "returncode"}`` when the child has exited (negative: killed by that signal).
+Protocol, one JSON object per line. Parent -> helper, on the helper's stdin: ``{"id", "task", "result_path",
+"stderr_path", "late_env"}``. Helper -> parent, on a channel of its own (the pipe whose file descriptor is the
+helper's one argument, as pyperf hands its worker a descriptor): ``{"ready": true}`` once imported, then per
+request ``{"id", "pid"}`` right after the fork and ``{"id", "pid", "returncode"}`` when the child has exited
+(negative: killed by that signal). The helper's stdout and stderr go to its log: whatever an import prints
+(a ``sitecustomize``, a noisy plugin) can never break the protocol.
+
+Each child leads a process group of its own, so the parent can kill it with everything it started.
 
 The helper must never initialise an accelerator (a CUDA context does not survive fork) nor run a torch op (an
 OpenMP pool started before the fork would be unusable in the child): it only imports.
@@ -16,12 +21,17 @@ import sys
 import traceback
 
 
+_CHANNEL = None
+
+
 def _send(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    _CHANNEL.write(json.dumps(message) + "\n")
+    _CHANNEL.flush()
 
 
 def main() -> None:
+    global _CHANNEL
+    _CHANNEL = os.fdopen(int(sys.argv[1]), "w")
     import torch  # noqa: F401
     import diffusers
 
@@ -37,6 +47,8 @@ def main() -> None:
         if pid == 0:
             code = 0
             try:
+                os.setpgid(0, 0)  # a group of its own: the parent kills the child and all it started
+                _CHANNEL.close()  # the child never writes into the protocol
                 fd = os.open(req["stderr_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(fd, 1)  # the child must never write into the protocol pipe
                 os.dup2(fd, 2)
@@ -47,9 +59,13 @@ def main() -> None:
             finally:
                 sys.stderr.flush()
                 os._exit(code)
-        _send({"pid": pid})
+        try:
+            os.setpgid(pid, pid)  # also from this side: no race with the parent's kill
+        except OSError:
+            pass
+        _send({"id": req["id"], "pid": pid})
         _, status = os.waitpid(pid, 0)
-        _send({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        _send({"id": req["id"], "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
 
 if __name__ == "__main__":

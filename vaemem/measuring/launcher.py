@@ -6,8 +6,11 @@
   is one helper per distinct startup environment (``glibc`` and ``glibc-fixed`` get their own); the torch allocator
   setting is read at first device use and is set in the forked child.
 
-Either way the parent owns the child: it kills it on timeout or on any exception (Ctrl-C included) and checks
-its exit status (pyperf's manager/worker contract).
+Either way the parent owns the child: every child leads a process group of its own, and the parent kills that
+whole group on timeout, on the helper's death, on any exception (Ctrl-C, and SIGTERM, which the CLI turns into
+one) and on close, then removes its temporary files; it checks the child's exit status (pyperf's manager/worker
+contract). On Windows, where there are no process groups, the spawn launcher kills the child process only
+(killing a whole tree there needs a job object: not done, and not tested here).
 """
 
 from __future__ import annotations
@@ -63,6 +66,20 @@ def _read_result(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def kill_group(pid: int | None) -> None:
+    """SIGKILL the process group led by ``pid`` (the child and everything it started); the process alone where
+    there are no process groups."""
+    if pid is None:
+        return
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Launcher(ABC):
     name: str
 
@@ -90,14 +107,15 @@ class SpawnLauncher(Launcher):
                 self._proc = proc = subprocess.Popen(
                     [sys.executable, "-m", "vaemem.measuring.worker", json.dumps(task), str(result_path)],
                     env=child_env(allocator), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                    start_new_session=hasattr(os, "setsid"),
                 )
                 try:
                     rc = proc.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    self._kill(proc)
                     rc, timed_out = proc.wait(), True
                 except BaseException:
-                    proc.kill()
+                    self._kill(proc)
                     proc.wait()
                     raise
                 finally:
@@ -105,9 +123,16 @@ class SpawnLauncher(Launcher):
             return RunOutcome(_read_result(result_path), rc, timed_out, _tail(err_path),
                               time.perf_counter() - t0, proc.pid)
 
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        if hasattr(os, "killpg"):
+            kill_group(proc.pid)
+        else:
+            proc.kill()
+
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+            self._kill(self._proc)
 
 
 class _LineReader:
@@ -138,12 +163,16 @@ class _Helper:
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vaemem.measuring.forkserver"], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-        )
-        assert self.proc.stdout is not None
-        self.reader = _LineReader(self.proc.stdout)
+        read_fd, write_fd = os.pipe()  # the helper's channel to us: never its stdout
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vaemem.measuring.forkserver", str(write_fd)], env=env,
+                stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        self.channel = os.fdopen(read_fd, "rb", buffering=0)
+        self.reader = _LineReader(self.channel)
         try:
             ready = self.reader.readline(timeout_s=300)
         except EOFError:
@@ -161,6 +190,7 @@ class _Helper:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.channel.close()
         self.log.close()
 
 
@@ -168,9 +198,17 @@ class ForkLauncher(Launcher):
     name = "fork"
 
     def __init__(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="vaemem-fork-")
+        self._tmp_dir: tempfile.TemporaryDirectory[str] | None = None
         self._helpers: dict[tuple[tuple[str, str], ...], _Helper] = {}
         self._child: int | None = None
+        self._next_id = 0
+
+    @property
+    def _tmp(self) -> tempfile.TemporaryDirectory[str]:
+        """The launcher's temporary folder (helper logs, per-run results): made on first use, removed by close."""
+        if self._tmp_dir is None:
+            self._tmp_dir = tempfile.TemporaryDirectory(prefix="vaemem-fork-")
+        return self._tmp_dir
 
     def _helper(self, allocator: str) -> _Helper:
         start = startup_env(allocator)
@@ -188,21 +226,26 @@ class ForkLauncher(Launcher):
         run_dir = Path(tempfile.mkdtemp(dir=self._tmp.name))
         result_path, err_path = run_dir / "result.json", run_dir / "stderr.txt"
         t0 = time.perf_counter()
-        helper.send({"task": json.dumps(task), "result_path": str(result_path),
+        self._next_id += 1
+        rid = self._next_id
+        helper.send({"id": rid, "task": json.dumps(task), "result_path": str(result_path),
                      "stderr_path": str(err_path), "late_env": late_env(allocator)})
         timed_out = False
+        pid = None
         try:
-            started = helper.reader.readline(timeout_s=60)
+            started = self._answer(helper, rid, 60)
             if started is None:
                 raise VaememError("the fork helper did not answer")
             self._child = pid = started["pid"]
-            done = helper.reader.readline(timeout_s=timeout_s)
+            deadline = time.monotonic() + timeout_s
+            done = self._answer(helper, rid, timeout_s, deadline)
             if done is None:
                 timed_out = True
-                os.kill(pid, signal.SIGKILL)
-                done = helper.reader.readline(timeout_s=60)
+                kill_group(pid)
+                done = self._answer(helper, rid, 60)
             rc = done["returncode"] if done else None
-        except EOFError:  # the helper itself died: record a crash, a fresh helper starts on the next run
+        except EOFError:  # the helper died: kill its child's group, record a crash, a fresh helper comes next
+            kill_group(self._child)
             helper.close()
             pid, rc = self._child, None
         except BaseException:
@@ -212,15 +255,24 @@ class ForkLauncher(Launcher):
             self._child = None
         return RunOutcome(_read_result(result_path), rc, timed_out, _tail(err_path), time.perf_counter() - t0, pid)
 
+    @staticmethod
+    def _answer(helper: _Helper, rid: int, timeout_s: float, deadline: float | None = None) -> dict[str, Any] | None:
+        """The helper's next message about request ``rid`` (others are stale and skipped), or None on timeout."""
+        deadline = deadline if deadline is not None else time.monotonic() + timeout_s
+        while True:
+            msg = helper.reader.readline(timeout_s=max(0.0, deadline - time.monotonic()))
+            if msg is None or msg.get("id") == rid:
+                return msg
+
     def close(self) -> None:
-        if self._child is not None:
-            try:
-                os.kill(self._child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_group(self._child)
+        self._child = None
         for helper in self._helpers.values():
             helper.close()
         self._helpers.clear()
+        if self._tmp_dir is not None:
+            self._tmp_dir.cleanup()
+            self._tmp_dir = None
 
 
 def make_launcher(name: str) -> Launcher:

@@ -89,6 +89,9 @@ def rig_info(torch: Any, device: str, dtype: str = "fp32") -> dict[str, Any]:
             pass
         if hasattr(torch.cuda, "memory") and hasattr(torch.cuda.memory, "get_allocator_backend"):
             info["allocator_backend_seen"] = torch.cuda.memory.get_allocator_backend()
+        getter = getattr(torch._C, "_accelerator_getAllocatorSettings", None)  # the settings as torch parsed them
+        if getter is not None:
+            info["allocator_settings_seen"] = getter()
     elif kind == "cpu":
         info["device_name"] = _cpu_name()
         info["total_memory_bytes"] = _mem_total_bytes()

@@ -25,9 +25,9 @@ from vaemem.measuring.allocators import late_env, startup_env
 from vaemem.measuring.launcher import Launcher, RunOutcome, make_launcher
 from vaemem.measuring.point import Point
 from vaemem.measuring.rig import os_name
-from vaemem.measuring.store import SCHEMA_VERSION, append_record, iter_records
+from vaemem.measuring.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, expand_paths,
+                                    iter_records)
 
-STATUSES = ("ok", "oom", "crash", "timeout", "error", "skipped-after-oom")
 
 
 @dataclass(frozen=True)
@@ -136,12 +136,14 @@ RETRYABLE = ("crash", "timeout", "skipped-after-oom")
 
 
 def recorded_runs(out: Path, rig: str, retry_failed: bool = False) -> set[tuple[str, int]]:
-    """(point key, run) already in ``out`` for ``rig``: what a resumed sweep skips. With ``retry_failed`` a run
-    recorded only as crash, timeout or skipped-after-oom is not done (its old line stays: nothing is lost)."""
-    if not out.exists():
-        return set()
+    """(point key, run) already recorded for ``rig`` in ``out`` or any other ``*.jsonl`` beside it (the shards of
+    a sweep write files of their own): what a resumed sweep skips. With ``retry_failed`` a run recorded only as
+    crash, timeout or skipped-after-oom is not done (its old line stays: nothing is lost)."""
+    others = sorted(set(expand_paths([out.parent])) - {out}) if out.parent.is_dir() else []
+    records = [r for _, _, r in iter_records([out])] if out.exists() else []  # the file appended to: strictly
+    records += [r for _, _, r in iter_records(others, skip_bad=True)]  # a broken neighbour does not stop a sweep
     done: set[tuple[str, int]] = set()
-    for _, _, r in iter_records([out]):
+    for r in records:
         if r.get("rig", {}).get("name") == rig and not (retry_failed and r.get("status") in RETRYABLE):
             done.add((r["point_key"], r["run"]))
     return done
@@ -195,6 +197,7 @@ def measure(
     """
     check_options(points, runs, launcher, timeout_s, devices)
     out = Path(out)
+    check_out_path(out)
     tasks = plan(points, runs, set() if force else recorded_runs(out, rig, retry_failed), force)
     if on_plan:
         on_plan(len(tasks))

@@ -1,15 +1,18 @@
 """The measurement file: JSON Lines, one line per run, appended whole under a file lock.
 
 Each line is written by one ``os.write`` of the complete line on an ``O_APPEND`` descriptor while holding an
-exclusive ``flock``, then fsync-ed: two sweeps writing one file, or an interrupt at any moment, leave only whole
-lines. Readers refuse a line of a newer or unknown ``schema_version`` (see README, "Measurement format").
+exclusive lock (``fcntl.flock`` on POSIX, ``msvcrt.locking`` on Windows, both imported where used), then
+fsync-ed: two sweeps writing one file, or an interrupt at any moment, leave only whole lines. A short or failed
+write (a full disk) is cut back to the file's previous length before the lock is released, so the next writer
+never glues its line onto half of one. Readers refuse a line of a newer or unknown ``schema_version``, or one
+missing a field or holding an impossible value, naming file and line (see README, "Measurement format").
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,18 +28,59 @@ def dumps_line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
+def _lock(fd: int) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # a one-byte region at the start: the whole file's lock
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def check_out_path(path: str | Path) -> None:
+    """Refuse an output file that cannot take appended lines, before any process starts: it must be a regular
+    file, or a new one in a folder that exists (or can be made) and takes files. Creates nothing."""
+    import tempfile
+
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise VaememError(f"--out {path} is not a regular file (a directory, device or pipe): name a .jsonl file")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise VaememError(f"--out {path}: {folder} is not a directory")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise VaememError(f"--out {path}: not writable")
+        return
+    try:  # /proc and other pseudo filesystems pass access() and still refuse: try a real (deleted) file
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise VaememError(f"--out {path}: cannot create a file in {folder} ({e.strerror})") from None
+
+
 def append_record(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one record as one whole line (locked, single write, fsync)."""
+    """Append one record as one whole line (locked, single write, fsync), or nothing at all."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = dumps_line(record)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        written = os.write(fd, data)
-        if written != len(data):  # a short write on a regular file means a full disk: say so, do not half-write
-            raise VaememError(f"short write to {path}: disk full?")
-        os.fsync(fd)
+        _lock(fd)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):  # a short write on a regular file means a full disk
+                raise OSError(28, "short write (disk full?)")
+            os.fsync(fd)
+        except OSError as e:
+            os.ftruncate(fd, size)  # all or nothing: cut the partial line before the lock is released
+            raise VaememError(f"cannot append to {path}: {e.strerror or e}; the line was not written") from None
     finally:
         os.close(fd)  # closing releases the lock
 
@@ -51,8 +95,13 @@ class BadLine:
         return f"{self.path}:{self.line}: {self.reason}"
 
 
+STATUSES = ("ok", "oom", "crash", "timeout", "error", "skipped-after-oom")
+_POSITIVE = ("width", "height", "batch", "frames")
+
+
 def _check(record: Any) -> str | None:
-    """Why ``record`` is unusable, or None."""
+    """Why ``record`` is unusable, or None. A measurement line (no ``kind``) must carry its point, identity,
+    status and rig name with the right types, and a non-negative integer demand when ok."""
     if not isinstance(record, dict):
         return "not a JSON object"
     version = record.get("schema_version")
@@ -62,6 +111,22 @@ def _check(record: Any) -> str | None:
         return f"schema_version {version} is newer than this vaemem understands ({SCHEMA_VERSION}); upgrade vaemem"
     if version != SCHEMA_VERSION:
         return f"unknown schema_version {version} (this vaemem reads {SCHEMA_VERSION})"
+    if "kind" in record or "status" not in record and "point_key" not in record and "model" not in record:
+        return None  # another line kind (bench-conv3d), or a bare line: the reader of that kind checks it
+    for name in ("model", "op", "dtype", "point_key"):
+        if not isinstance(record.get(name), str):
+            return f"{name} missing or not a string"
+    for name in (*_POSITIVE, "run"):
+        v = record.get(name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "run" else 1):
+            return f"{name} missing or not a {'non-negative' if name == 'run' else 'positive'} integer: {v!r}"
+    if record.get("status") not in STATUSES:
+        return f"status {record.get('status')!r} is not one of {', '.join(STATUSES)}"
+    demand = record.get("demand_bytes")
+    if record["status"] == "ok" and (not isinstance(demand, int) or isinstance(demand, bool) or demand < 0):
+        return f"an ok run needs a non-negative integer demand_bytes, got {demand!r}"
+    if not isinstance(record.get("rig"), dict) or not isinstance(record["rig"].get("name"), str):
+        return "rig.name missing"
     return None
 
 
@@ -71,6 +136,8 @@ def iter_records(paths: Iterable[str | Path], skip_bad: bool = False,
     VaememError naming file and line, unless ``skip_bad``: then it is appended to ``bad`` and skipped."""
     for p in paths:
         p = Path(p)
+        if not p.is_file():  # a FIFO or a device would block or never end
+            raise VaememError(f"{p} is not a regular file")
         try:
             data = p.read_bytes()
         except OSError as e:

@@ -51,7 +51,7 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     the peak. ``started_s`` is ``time.perf_counter()`` when the process (or fork) began, for ``import_s``."""
     import torch
 
-    from vaemem.measuring.allocators import EXPECTED_BACKEND, seen_allocator_settings
+    from vaemem.measuring.allocators import allocator_mismatch, memory_env_seen, seen_allocator_settings
     from vaemem.measuring.probes import demand_from, make_probe
     from vaemem.measuring.rig import rig_info
     from vaemem.models.build import build_model, configure_tiling, input_shape, make_input, run_op
@@ -64,11 +64,12 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     probe = make_probe(point.device)
     rig = rig_info(torch, point.device, point.dtype)
     rig["allocator_env_seen"] = seen_allocator_settings()
+    rig["memory_env_seen"] = memory_env_seen()
     result: dict[str, Any] = {"pid": os.getpid(), "rig": rig, "import_s": round(t_imported - started_s, 4)}
-    expected = EXPECTED_BACKEND.get(point.allocator)
-    seen = rig.get("allocator_backend_seen")
-    if expected and seen and seen != expected:
-        return {**result, "status": "error", "error": f"allocator {point.allocator} asked, torch reports {seen}"}
+    mismatch = allocator_mismatch(point.allocator, rig.get("allocator_backend_seen"),
+                                  rig.get("allocator_settings_seen"))
+    if mismatch:
+        return {**result, "status": "error", "error": mismatch}
 
     try:  # an out-of-memory while the weights are placed is an OOM of this point too
         model = build_model(point.model, point.op, point.device, point.dtype)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from vaemem import estimate
+from vaemem.estimate import MIB
 from vaemem.fit.coefficients import Dataset, dry_of
 
-MIB = 1024 * 1024
 
 
 def plot_groups(data: Dataset, coef: dict[str, Any], out_dir: Path, only: list[str] | None = None) -> list[Path]:

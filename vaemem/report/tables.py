@@ -6,7 +6,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-MIB = 1024 * 1024
+from vaemem.estimate import MIB
 
 
 def spread(values: list[float]) -> float | None:
