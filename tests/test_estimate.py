@@ -189,6 +189,11 @@ def test_fallback_never_prices_below_legacy():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(model="nope"), "unknown model 'nope'; the coefficient file knows: cogview4, flux1, sd15, sdxl, wan21"),
     (dict(model="wan21", frames=8), r"clips of 1 \+ 4k frames"),
+    (dict(allocator="nativ"), "unknown allocator 'nativ'; choose one of: native, cudaMallocAsync"),
+    (dict(os="Linux"), "unknown os 'Linux'; choose one of: linux, windows, darwin"),
+    (dict(os="win32"), "unknown os 'win32'"),
+    (dict(width=True), "width must be a positive integer"),
+    (dict(width=512.0), "width must be a positive integer"),
     (dict(tile=1024), "not smaller"),
     (dict(op="blur"), "unknown op 'blur'"),
     (dict(dtype="fp8"), "unknown dtype 'fp8'"),
@@ -257,3 +262,11 @@ def test_the_estimator_imports_nothing_from_vaemem():
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [n for n in names if n.startswith("vaemem")]
+
+
+def test_numpy_integers_are_sizes():
+    np = pytest.importorskip("numpy")
+    coef = _coef([_group()])
+    kw = dict(dtype="fp16", backend="cudnn", allocator="native", os="linux", coefficients=coef)
+    assert est.working_memory_bytes("sdxl", "decode", np.int64(1024), np.int32(768), batch=np.int64(2), **kw) == \
+        est.working_memory_bytes("sdxl", "decode", 1024, 768, batch=2, **kw)

@@ -650,3 +650,13 @@ def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path):
     assert proc.returncode == 143 and "terminated: 0 runs kept" in err
     time.sleep(0.5)
     assert _alive(everything) == [] and [p.name for p in tmp.iterdir() if p.name.startswith("vaemem")] == []
+
+
+def test_the_worker_runs_task_kinds_from_a_table_and_refuses_others(tmp_path):
+    from vaemem.measuring import worker
+
+    assert set(worker.TASKS) == {"measure", "conv3d"}
+    out = tmp_path / "r.json"
+    worker.run(json.dumps({"kind": "sing"}), str(out), 0.0)
+    result = json.loads(out.read_text())
+    assert result["status"] == "error" and "unknown task kind 'sing'; known: measure, conv3d" in result["error"]

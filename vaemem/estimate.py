@@ -50,6 +50,8 @@ MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 OPS = ("decode", "encode")
 BACKENDS = ("cudnn", "miopen", "onednn", "aten", "mps", "xpu")
+ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed")
+OSES = ("linux", "windows", "darwin")
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
 
 # The legacy rule (prior-art.md), reproduced exactly: bytes = H * W * element_size * k (+ 250 MiB for an fp32
@@ -236,9 +238,22 @@ def invokeai_bytes(op: str, width: int, height: int, *, dtype: str, backend: str
                         batch=batch, frames=frames, tile=tile)
 
 
-def _check_request(op: str, width: int, height: int, dtype: str, loaded_dtype: str | None, backend: str,
-                   batch: int, frames: int) -> None:
-    """Checks that need no coefficient file."""
+def _positive_int(name: str, v: object) -> int:
+    """``v`` as an int (numpy integers too, through ``__index__``), or ValueError."""
+    try:
+        if isinstance(v, bool):
+            raise TypeError
+        n = v.__index__()  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        raise ValueError(f"{name} must be a positive integer, got {v!r}") from None
+    if n <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return n
+
+
+def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str, os: str) -> None:
+    """Checks that need no coefficient file: every key names one of its valid choices (a typo is refused, never
+    priced by the fallback)."""
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; choose one of: {', '.join(OPS)}")
     for name, d in (("dtype", dtype), ("loaded_dtype", loaded_dtype)):
@@ -246,9 +261,10 @@ def _check_request(op: str, width: int, height: int, dtype: str, loaded_dtype: s
             raise ValueError(f"unknown {name} {d!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
-    for name, v in (("width", width), ("height", height), ("batch", batch), ("frames", frames)):
-        if not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; choose one of: {', '.join(ALLOCATORS)}")
+    if os not in OSES:
+        raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
 
 
 def _check_model(coef: dict, model: str, op: str, width: int, height: int, frames: int, tile: int | None) -> dict:
@@ -296,7 +312,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1, tile: int | None = None,
             coefficients: object = None) -> Estimate:
     """The reservation in bytes for one decode/encode, with its reasoning (see the module docstring)."""
-    _check_request(op, width, height, dtype, loaded_dtype, backend, batch, frames)
+    _check_request(op, dtype, loaded_dtype, backend, allocator, os)
+    width, height, batch, frames = (_positive_int(n, v) for n, v in
+                                    (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
+    tile = None if tile is None else _positive_int("tile", tile)
     coef = coefficients if isinstance(coefficients, dict) else load(coefficients)
     if "_index" not in coef:
         _index(coef)

@@ -66,6 +66,11 @@ def _count_conv_flops(torch: Any, model: Any) -> tuple[list[Any], list[float]]:
     return handles, total
 
 
+def run_task(task: dict[str, Any], started_s: float) -> dict[str, Any]:
+    """The worker's entry for a ``conv3d`` task (see :data:`vaemem.measuring.worker.TASKS`)."""
+    return run_path(task)
+
+
 def run_path(task: dict[str, Any]) -> dict[str, Any]:
     """In the child: build the encoder, run ``runs`` chunks on one path, save the first output, report."""
     import torch

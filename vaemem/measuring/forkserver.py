@@ -35,8 +35,10 @@ def main() -> None:
     import torch  # noqa: F401
     import diffusers
 
-    for name in ("AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan", "AutoencoderKLMiniMaxH3"):
-        getattr(diffusers, name)  # diffusers imports classes lazily: resolve them before forking
+    from vaemem.models.zoo import CLASSES
+
+    for name in CLASSES:
+        getattr(diffusers, name)  # diffusers imports classes lazily: resolve every zoo class before forking
     from vaemem.measuring import worker
     import vaemem.models.build  # noqa: F401
 

@@ -108,19 +108,27 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     return result
 
 
+def measure_task(task: dict[str, Any], started_s: float) -> dict[str, Any]:
+    """The ``measure`` task: one run of one point."""
+    return measure_point(Point.from_dict(task["point"]), started_s)
+
+
+# The task kinds a worker runs, by "module:function" (each takes the task and the start time): a table, not an
+# import, so the measuring engine never imports the tools that use it (bench-conv3d imports the engine).
+TASKS = {"measure": "vaemem.measuring.worker:measure_task", "conv3d": "vaemem.conv3d.bench:run_task"}
+
+
 def run(task_json: str, result_path: str, started_s: float) -> None:
     """Run the task and write the one result. An unexpected exception becomes an ``error`` result with its
     traceback tail, so the parent can tell a Python failure from a hard crash."""
     try:
-        task = json.loads(task_json)
-        if task["kind"] == "measure":
-            result = measure_point(Point.from_dict(task["point"]), started_s)
-        elif task["kind"] == "conv3d":
-            from vaemem.conv3d.bench import run_path
+        import importlib
 
-            result = run_path(task)
-        else:
-            raise ValueError(f"unknown task kind {task['kind']!r}")
+        task = json.loads(task_json)
+        if task.get("kind") not in TASKS:
+            raise ValueError(f"unknown task kind {task.get('kind')!r}; known: {', '.join(TASKS)}")
+        module, func = TASKS[task["kind"]].split(":")
+        result = getattr(importlib.import_module(module), func)(task, started_s)
     except Exception as e:
         tail = traceback.format_exc().strip().splitlines()[-3:]
         result = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500], "traceback_tail": tail}
