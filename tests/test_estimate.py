@@ -270,3 +270,27 @@ def test_numpy_integers_are_sizes():
     kw = dict(dtype="fp16", backend="cudnn", allocator="native", os="linux", coefficients=coef)
     assert est.working_memory_bytes("sdxl", "decode", np.int64(1024), np.int32(768), batch=np.int64(2), **kw) == \
         est.working_memory_bytes("sdxl", "decode", 1024, 768, batch=2, **kw)
+
+
+def test_structures_never_fall_with_area_nor_go_negative():
+    """A concave fit (a base that matters at small sizes) must not turn into a falling or negative price."""
+    s = {"kind": "frames", "knots": [1], "bytes_per_pixel": [10.0], "bytes_per_pixel_squared": [-1e-6],
+         "base_bytes": [0]}
+    assert est.structure_bytes(s, 10**4, 10**4, 1, 1, None) == 0.0
+
+
+def test_a_tiled_fallback_scales_with_batch():
+    kw = dict(dtype="fp16", backend="cudnn", allocator="native", os="linux", tile=512, coefficients=_coef())
+    one = est.working_memory_bytes("sdxl", "decode", 1024, 1024, **kw)
+    assert est.working_memory_bytes("sdxl", "decode", 1024, 1024, batch=4, **kw) == 4 * one
+
+
+def test_a_pixel_line_far_outside_its_range_is_raised_to_the_legacy_rule_and_the_clip():
+    flat = _group(arch="wan21", tiled=True, slope=0.0, base=150 * MIB, tile_slope=0.0)
+    flat["pixels_max"] = 256 * 256 * 5
+    e = est.explain("wan21", "decode", 1920, 1088, frames=81, tile=256, dtype="fp16", backend="cudnn",
+                    allocator="native", os="linux", coefficients=_coef([flat]))
+    clip = 3 * 81 * 1920 * 1088 * 2
+    assert e.bytes == est.legacy_bytes("decode", 1920, 1088, dtype="fp16", backend="cudnn", sd_family=False,
+                                       tile=256) + clip
+    assert "raised to the legacy rule of one frame plus the decoded clip" in e.reason

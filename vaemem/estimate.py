@@ -185,7 +185,7 @@ def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, t
         i = next((i for i, k in enumerate(knots) if k >= frames), len(knots) - 1)
         u = (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
         a, q, b = (t[i - 1] + (t[i] - t[i - 1]) * u for t in terms)
-    return batch * (a * area + q * area * area + b)
+    return max(0.0, batch * (a * area + q * area * area + b))
 
 
 def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, sd_family: bool, batch: int = 1,
@@ -193,8 +193,8 @@ def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, 
     """The legacy reservation rule. Batch and frames multiply the pixels (the rule predates both)."""
     k = LEGACY_K["miopen" if backend == "miopen" else "default"][op]
     extra = LEGACY_FP32_SD_DECODE_EXTRA if (dtype == "fp32" and op == "decode" and sd_family) else 0
-    if tile is not None:
-        return int((tile * tile * ELEMENT_SIZE[dtype] * k + extra) * LEGACY_TILED_FACTOR)
+    if tile is not None:  # one tile of every sample and frame
+        return int((tile * tile * batch * frames * ELEMENT_SIZE[dtype] * k + extra) * LEGACY_TILED_FACTOR)
     return width * height * batch * frames * ELEMENT_SIZE[dtype] * k + extra
 
 
@@ -336,7 +336,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         dry1 = dry_run_bytes(coef, model, op, width, height, batch=1, **kw)
         own = calib["architectures"].get(m["architecture"])
         line = own if own is not None else calib["class"]
-        env = int(_line(line, dry, dry1, m["temporal_factor"] is not None and frames == 1))
+        video_arch = coef["models"].get(m["architecture"], m)["temporal_factor"] is not None
+        env = int(_line(line, dry, dry1, video_arch and frames == 1))
         if own is not None:
             source = "measured"
             reason = (f"measured on this platform ({own['n_points']} points): {own['dry_factor']:.3f} x dry-run peak "
@@ -345,7 +346,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 reason += f", {dry / own['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
         else:
             source = "transfer"
-            agree = "architectures agree" if calib["agree"] else "UNVERIFIED: its architectures disagree"
+            agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
+                     if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
             reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
                       f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}) at "
                       f"dry-run peak {dry / MIB:.0f} MiB")
@@ -358,6 +360,15 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         reason = "measured pixel line (no dry-run structure covers this request)"
         if pixels > exact.get("pixels_max", pixels):  # honest about extrapolation: the line is only measured so far
             reason += f", extrapolated to {pixels / exact['pixels_max']:.1f}x its largest measured size"
+            if pixels > 2 * exact["pixels_max"]:  # far outside: never below the legacy rule (for a clip: of one
+                video = m["temporal_factor"] is not None  # frame, plus the decoded clip that must exist)
+                floor = legacy_bytes(op, width, height, dtype=dtype, backend=backend, sd_family=m["family"] == "sd",
+                                     batch=batch, frames=1 if video else frames, tile=tile)
+                if video and op == "decode":
+                    floor += 3 * frames * width * height * batch * ELEMENT_SIZE[dtype]
+                if floor > env:
+                    env = floor
+                    reason += ", raised to the legacy rule" + (" of one frame plus the decoded clip" if video else "")
         return Estimate(env + cast, "measured", gid, reason, env, cast, 0, pixels)
 
     platform = {k: key[k] for k in ("architecture", "op", "conv_backend", "allocator", "os", "tiled")}

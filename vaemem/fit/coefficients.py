@@ -83,6 +83,8 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
     skipped: list[BadLine] = []
     records, seen_lines = [], set()
     for p, n, r in iter_records(files, skip_bad=skip_bad, bad=skipped):
+        if r.get("kind", "measure") != "measure":  # a bench-conv3d line beside the measurements
+            continue
         line = dumps_line(r)
         if line not in seen_lines:  # a run recorded twice (a shard file copied beside the merged one) counts once
             seen_lines.add(line)
@@ -311,7 +313,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
                 continue
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
-            single = spec.is_video and p.point["frames"] == 1
+            single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
             entry[2].setdefault(key["architecture"], []).append((d[0], d[1], p.demand_bytes, single))
             entry[3].add(p.torch_version)
     out = []

@@ -24,6 +24,17 @@ import traceback
 _CHANNEL = None
 
 
+def _die_with_parent() -> None:
+    """Linux: the child is SIGKILLed if the helper dies before the parent learns its pid (PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _send(message: dict) -> None:
     _CHANNEL.write(json.dumps(message) + "\n")
     _CHANNEL.flush()
@@ -50,6 +61,7 @@ def main() -> None:
             code = 0
             try:
                 os.setpgid(0, 0)  # a group of its own: the parent kills the child and all it started
+                _die_with_parent()
                 _CHANNEL.close()  # the child never writes into the protocol
                 fd = os.open(req["stderr_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(fd, 1)  # the child must never write into the protocol pipe

@@ -228,11 +228,14 @@ class ForkLauncher(Launcher):
         t0 = time.perf_counter()
         self._next_id += 1
         rid = self._next_id
-        helper.send({"id": rid, "task": json.dumps(task), "result_path": str(result_path),
-                     "stderr_path": str(err_path), "late_env": late_env(allocator)})
         timed_out = False
         pid = None
         try:
+            try:
+                helper.send({"id": rid, "task": json.dumps(task), "result_path": str(result_path),
+                             "stderr_path": str(err_path), "late_env": late_env(allocator)})
+            except OSError:  # the helper died before it could take the request
+                raise EOFError("fork helper gone") from None
             started = self._answer(helper, rid, 60)
             if started is None:
                 raise VaememError("the fork helper did not answer")

@@ -36,7 +36,7 @@ def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]
         for p in pts:
             d = dry_of(p.point, key, structures)
             if d is not None:
-                single = get_spec(p.point["model"]).is_video and p.point["frames"] == 1
+                single = get_spec(get_spec(p.point["model"]).architecture).is_video and p.point["frames"] == 1
                 out.setdefault(estimate.calibration_id(key, kernel), []).append(
                     (key["architecture"], gid, p, d[0], d[1], p.demand_bytes, single))
     return out

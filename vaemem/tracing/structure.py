@@ -113,7 +113,12 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         knots, slopes, quads, bases = frame_knots(spec), [], [], []
         for fr in knots:
             areas = [float(w * h) for w, h in _sizes(spec)]
-            a, q, b = _solve([[x, x * x, 1.0] for x in areas], [peaks[(w, h, fr, None)] for w, h in _sizes(spec)])
+            ys = [peaks[(w, h, fr, None)] for w, h in _sizes(spec)]
+            a, q, b = _solve([[x, x * x, 1.0] for x in areas], ys)
+            if q < 0:  # concave (a base that matters at small sizes): the chord through the two largest sizes lies
+                q = 0.0  # above the curve everywhere outside it, so the structure never falls with area
+                a = (ys[2] - ys[1]) / (areas[2] - areas[1])
+                b = ys[2] - a * areas[2]
             slopes.append(round(a, 3))
             quads.append(float(f"{q:.6e}"))
             bases.append(round(b))
