@@ -57,7 +57,7 @@ def _group(arch="sd15", op="decode", conv="cudnn", alloc="native", dtype="fp16",
            slope=1000.0, base=100 * MIB, tile_slope=None):
     g = {"architecture": arch, "op": op, "conv_backend": conv, "allocator": alloc, "dtype": dtype, "os": os_,
          "tiled": tiled, "slope_bytes_per_pixel": slope, "base_bytes": base}
-    g["group"] = est._group_id(g)
+    g["group"] = est.group_id(g)
     if tile_slope is not None:
         g["tile_slope_bytes_per_tile_pixel"] = tile_slope
     return g

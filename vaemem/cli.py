@@ -118,28 +118,24 @@ def measure(
         from vaemem.measuring.store import check_out_path
 
         check_out_path(out_path)
-        _print_plan(points, out_path, rig_name, runs, force, retry_failed, as_json)
-        if not dry_run:
+        if dry_run:
+            from vaemem.measuring.runner import sweep_plan
+
+            _print_plan(len(points), runs, out_path, *sweep_plan(points, out_path, rig_name, runs, force,
+                                                                 retry_failed), as_json)
+        else:
             _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
                        retry_failed, gpu_list, as_json)
     except VaememError as e:
         _fail(e)
 
 
-def _print_plan(points: list, out: Path, rig: str, runs: int, force: bool, retry_failed: bool, as_json: bool
-                ) -> None:
+def _print_plan(n_points: int, runs: int, out: Path, tasks: list, history: list, as_json: bool) -> None:
     """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON)."""
     from vaemem.measuring.eta import predict
-    from vaemem.measuring.runner import plan, recorded_runs
-    from vaemem.measuring.store import expand_paths, iter_records
 
-    tasks = plan(points, runs, set() if force else recorded_runs(out, rig, retry_failed), force)
-    files = set(expand_paths([out.parent])) if out.parent.is_dir() else set()
-    files |= {out} if out.exists() else set()
-    history = (r for _, _, r in iter_records(sorted(files), skip_bad=True))
     eta = predict([t.point for t in tasks], history)
-    typer.echo(f"plan: {len(points)} points x {runs} runs, {len(tasks)} due in {out}: {eta.describe()}",
-               err=as_json)
+    typer.echo(f"plan: {n_points} points x {runs} runs, {len(tasks)} due in {out}: {eta.describe()}", err=as_json)
 
 
 @app.command()
@@ -260,10 +256,11 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         bar = Progress(*columns, console=console, transient=as_json, disable=as_json)
         task = bar.add_task("measuring", total=None)
 
-        def on_plan(n: int) -> None:  # the bar appears only once the output file has been read and a run is due
-            planned.append(n)
-            if n:
-                bar.update(task, total=n)
+        def on_plan(tasks: list, history: list) -> None:  # the bar appears once the folder is read and a run is due
+            planned.append(len(tasks))
+            _print_plan(len(points), runs, out, tasks, history, as_json)
+            if tasks:
+                bar.update(task, total=len(tasks))
                 bar.start()
 
         def on_record(r: dict) -> None:

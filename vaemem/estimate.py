@@ -136,12 +136,9 @@ def _tiling(tiled: bool) -> str:
     return "tiled" if tiled else "untiled"
 
 
-def _group_id(key: dict) -> str:
+def group_id(key: dict) -> str:
     """``sd15/decode/onednn/glibc-fixed/fp32/linux/untiled``: the name of a measured pixel-line group."""
     return "/".join(str(key[k]) if k != "tiled" else _tiling(key[k]) for k in GROUP_KEYS)
-
-
-group_id = _group_id
 
 
 def platform_id(key: dict) -> str:
@@ -158,7 +155,7 @@ def structure_key(architecture: str, op: str, dtype: str, tiled: bool) -> str:
 
 
 def _index(data: dict) -> None:
-    data["_index"] = {_group_id(g): g for g in data["groups"]}
+    data["_index"] = {group_id(g): g for g in data["groups"]}
     data["_calib"] = {c["calibration"]: c for c in data.get("calibrations", [])}
 
 
@@ -173,7 +170,8 @@ def tiled_features(width: int, height: int, tile: int, factor: int, overlap: flo
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
     """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
     base given at frame knots, linear between them and extrapolated along the last segment past the last
-    knot (by then the growth is the output clip's). Tiled: the tiled basis. Batch multiplies the whole (dry runs scale exactly with batch)."""
+    knot (by then the growth is the output clip's). Tiled: the tiled basis. Batch multiplies the whole (dry runs
+    scale exactly with batch)."""
     if s["kind"] == "tiled":
         feats = tiled_features(width, height, tile or 0, s["spatial_factor"], s["overlap"])
         return batch * sum(c * x for c, x in zip(s["coef"], feats))
@@ -279,7 +277,7 @@ def _check_model(coef: dict, model: str, op: str, width: int, height: int, frame
     if width % f or height % f:
         raise ValueError(f"{model} needs width and height in multiples of {f} px, got {width}x{height}")
     if tile is not None:
-        if not isinstance(tile, int) or tile <= 0 or tile % f:
+        if tile % f:  # a positive int already (explain converts it)
             raise ValueError(f"tile must be a positive multiple of {f} px for {model}, got {tile!r}")
         if tile >= max(width, height):
             raise ValueError(f"tile {tile} is not smaller than {width}x{height}: no tiling would happen")
@@ -302,8 +300,9 @@ def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, d
     return None if s is None else structure_bytes(s, width, height, batch, frames, tile)
 
 
-def _line(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
-    """A calibration line at a dry-run peak (``single_frame``: a one-frame clip of a video model)."""
+def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
+    """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
+    a video architecture). The one evaluation of the line: the fit, the reports and the pricing all call it."""
     return (c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
             + ((c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)) if single_frame else 0.0))
 
@@ -324,7 +323,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     tile_px = tile * tile if tile else 0
     key = {"architecture": m["architecture"], "op": op, "conv_backend": backend, "allocator": allocator,
            "dtype": dtype, "os": os, "tiled": tile is not None}
-    gid = _group_id(key)
+    gid = group_id(key)
     cast = 0
     if loaded_dtype is not None and ELEMENT_SIZE[dtype] > ELEMENT_SIZE[loaded_dtype]:
         cast = m["parameters"] * (ELEMENT_SIZE[dtype] - ELEMENT_SIZE[loaded_dtype])
@@ -337,7 +336,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         own = calib["architectures"].get(m["architecture"])
         line = own if own is not None else calib["class"]
         video_arch = coef["models"].get(m["architecture"], m)["temporal_factor"] is not None
-        env = int(_line(line, dry, dry1, video_arch and frames == 1))
+        env = int(calibration_bytes(line, dry, dry1, video_arch and frames == 1))
         if own is not None:
             source = "measured"
             reason = (f"measured on this platform ({own['n_points']} points): {own['dry_factor']:.3f} x dry-run peak "

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import GROUP_KEYS, group_id  # the estimator owns the key
+from vaemem.estimate import GROUP_KEYS, calibration_bytes, group_id  # the estimator owns the key and the line
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.store import BadLine, dumps_line, expand_paths, iter_records
@@ -290,9 +290,7 @@ def calibration_line(rows: list[tuple[float, float, int, bool]], margin: float) 
             "base_bytes": int(ceil_step(coef["base_bytes"] * (1 + margin), BASE_STEP)),
             "single_frame_factor": ceil_step(coef.get("single_frame_factor", 0.0) * (1 + margin), FACTOR_STEP),
             "single_frame_bytes": int(ceil_step(coef.get("single_frame_bytes", 0.0) * (1 + margin), BASE_STEP))}
-    ratios = [(line["dry_factor"] * a + line["per_sample_factor"] * b + line["base_bytes"]
-               + (line["single_frame_factor"] * a + line["single_frame_bytes"]) * s) / d
-              for a, b, d, s in zip(dry, dry1, demand, single)]
+    ratios = [calibration_bytes(line, a, b, bool(s)) / d for a, b, d, s in zip(dry, dry1, demand, single)]
     return {**line, "n_points": len(rows), "worst_ratio": round(max(ratios), 4),
             "median_ratio": round(statistics.median(ratios), 4), "dry_bytes_max": int(max(dry))}
 
@@ -324,8 +322,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             continue
         pooled = [r for a in archs for r in per_arch[a]]
         ref = statistics.median(r[0] for r in pooled)
-        factors = [(ln["dry_factor"] * ref + ln["per_sample_factor"] * ref + ln["base_bytes"]) / ref
-                   for ln in archs.values()]
+        factors = [calibration_bytes(ln, ref, ref, False) / ref for ln in archs.values()]
         spread = max(factors) / min(factors)
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
                     "class": calibration_line(pooled, margin), "spread": round(spread, 4),

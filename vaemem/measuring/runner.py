@@ -135,18 +135,31 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
 RETRYABLE = ("crash", "timeout", "skipped-after-oom")
 
 
-def recorded_runs(out: Path, rig: str, retry_failed: bool = False) -> set[tuple[str, int]]:
-    """(point key, run) already recorded for ``rig`` in ``out`` or any other ``*.jsonl`` beside it (the shards of
-    a sweep write files of their own): what a resumed sweep skips. With ``retry_failed`` a run recorded only as
-    crash, timeout or skipped-after-oom is not done (its old line stays: nothing is lost)."""
+def read_history(out: Path) -> list[dict[str, Any]]:
+    """Every record of ``out`` and of the other ``*.jsonl`` beside it (the shards of a sweep write files of their
+    own): what a sweep resumes from and predicts its time with. ``out``, the file appended to, is read strictly;
+    a broken neighbour does not stop a sweep."""
     others = sorted(set(expand_paths([out.parent])) - {out}) if out.parent.is_dir() else []
-    records = [r for _, _, r in iter_records([out])] if out.exists() else []  # the file appended to: strictly
-    records += [r for _, _, r in iter_records(others, skip_bad=True)]  # a broken neighbour does not stop a sweep
-    done: set[tuple[str, int]] = set()
-    for r in records:
-        if r.get("rig", {}).get("name") == rig and not (retry_failed and r.get("status") in RETRYABLE):
-            done.add((r["point_key"], r["run"]))
-    return done
+    records = [r for _, _, r in iter_records([out])] if out.exists() else []
+    return records + [r for _, _, r in iter_records(others, skip_bad=True)]
+
+
+def recorded_runs(out: Path, rig: str, retry_failed: bool = False,
+                  history: list[dict[str, Any]] | None = None) -> set[tuple[str, int]]:
+    """(point key, run) already recorded for ``rig`` (in ``history``, default :func:`read_history` of ``out``):
+    what a resumed sweep skips. With ``retry_failed`` a run recorded only as crash, timeout or skipped-after-oom
+    is not done (its old line stays: nothing is lost)."""
+    records = read_history(out) if history is None else history
+    return {(r["point_key"], r["run"]) for r in records
+            if r.get("rig", {}).get("name") == rig and not (retry_failed and r.get("status") in RETRYABLE)}
+
+
+def sweep_plan(points: Sequence[Point], out: Path, rig: str, runs: int, force: bool = False,
+               retry_failed: bool = False) -> tuple[list[Task], list[dict[str, Any]]]:
+    """The runs a sweep would do after resume, and the history it read (one read of the folder)."""
+    history = read_history(out)
+    done = set() if force else recorded_runs(out, rig, retry_failed, history)
+    return plan(points, runs, done, force), history
 
 
 def _setting(p: Point) -> tuple:
@@ -186,21 +199,22 @@ def measure(
     retry_failed: bool = False,
     devices: Sequence[int] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
-    on_plan: Callable[[int], None] | None = None,
+    on_plan: Callable[[list[Task], list[dict[str, Any]]], None] | None = None,
     launcher_factory: Callable[[str], Launcher] = make_launcher,
 ) -> list[dict[str, Any]]:
     """Measure every run of ``points`` not yet in ``out`` and return the new records.
 
     ``devices`` (GPU indices) runs one point per GPU at a time, the point's device rewritten to ``cuda:N``.
-    ``on_plan`` is told how many runs will happen (after resume), before the first; ``on_record`` is called after
-    each record is safely on disk (the progress bar hooks in to both).
+    ``on_plan`` is given the runs that will happen (after resume) and the history they were planned from, before
+    the first; ``on_record`` is called after each record is safely on disk (the CLI's plan line and progress bar
+    hook in to both).
     """
     check_options(points, runs, launcher, timeout_s, devices)
     out = Path(out)
     check_out_path(out)
-    tasks = plan(points, runs, set() if force else recorded_runs(out, rig, retry_failed), force)
+    tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
     if on_plan:
-        on_plan(len(tasks))
+        on_plan(tasks, history)
     commit = git_commit()
     oom_at: dict[tuple, int] = {}
     lock = threading.Lock()

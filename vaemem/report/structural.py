@@ -53,8 +53,7 @@ def dry_ratios(data: Dataset, structures: dict[str, Any]) -> dict[str, dict[str,
 
 def _price(line: dict[str, Any], e: tuple) -> float:
     """A calibration line at the point of entry ``e`` (architecture, group, point, dry, dry1, demand, single)."""
-    return (line["dry_factor"] * e[3] + line["per_sample_factor"] * e[4] + line["base_bytes"]
-            + ((line["single_frame_factor"] * e[3] + line["single_frame_bytes"]) if e[6] else 0.0))
+    return estimate.calibration_bytes(line, e[3], e[4], e[6])
 
 
 def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
