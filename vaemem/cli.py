@@ -113,10 +113,10 @@ def measure(
         default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
         out_path = out or Path("measurements") / default_name
         from vaemem.measuring.runner import check_options
-
-        check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
         from vaemem.measuring.store import check_out_path
 
+        # before the plan or the bar: a bad option or output file is one line, and nothing starts
+        check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
         check_out_path(out_path)
         if dry_run:
             from vaemem.measuring.runner import sweep_plan
@@ -185,15 +185,15 @@ def trace(
                      for t in (tile or [None])]
         if record_to is not None and cfg is not None:
             raise VaememError("--record keeps zoo models only: a config file has no stable name")
-        done = set(tc.read_cache(record_to)["entries"]) if zoo and record_to is not None and record_to.exists() \
-            else set()
+        doc = tc.read_cache(record_to) if record_to is not None and record_to.exists() else None
+        done = set(doc["entries"]) if zoo and doc is not None else set()
         results = []
         for s in specs:
             if s.key in done:  # a resumed --zoo --record skips what the cache holds
                 continue
             results.append(run_trace(s, cfg))
             if record_to is not None:  # one at a time: an interrupted --zoo keeps what it traced
-                tc.record(record_to, results[-1:])
+                doc = tc.record(record_to, results[-1:], doc)
         if zoo and record_to is not None:  # the cache holds exactly the zoo grid
             tc.keep_only(record_to, {s.key for s in specs})
         if not results:
@@ -234,10 +234,9 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from vaemem.measuring.runner import check_options, measure as run_measure
+    from vaemem.measuring.runner import measure as run_measure
     from vaemem.report.tables import sweep_table
 
-    check_options(points, runs, launcher, timeout, devices)  # before the bar starts: a bad option is one line
     import signal
 
     class Terminated(KeyboardInterrupt):

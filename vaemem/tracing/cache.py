@@ -82,15 +82,17 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
-def record(path: str | Path, results: Iterable[TraceResult]) -> dict[str, Any]:
-    """Merge ``results`` into the cache at ``path`` (created if absent). Results of another torch or diffusers
+def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Merge ``results`` into the cache at ``path`` (created if absent) and return it. ``doc`` is the cache as a
+    previous call returned it, so a loop of calls reads the file once. Results of another torch or diffusers
     than the cache's are refused: one cache, one pair of versions."""
     results = list(results)
     path = Path(path)
     if not results:
         raise VaememError("nothing to record")
     tv, dv = results[0].torch_version, results[0].diffusers_version
-    doc = read_cache(path) if path.exists() else empty_cache(tv, dv)
+    if doc is None:
+        doc = read_cache(path) if path.exists() else empty_cache(tv, dv)
     for r in results:
         if (r.torch_version, r.diffusers_version) != (doc["torch_version"], doc["diffusers_version"]):
             raise VaememError(f"{path} holds dry runs of torch {doc['torch_version']} / diffusers "
