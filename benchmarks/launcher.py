@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from vaemem.measuring.launcher import make_launcher
+from vaemem.measuring.plumbing.launcher import make_launcher
 from vaemem.measuring.point import Point, validate
-from vaemem.measuring.runner import measure
+from vaemem.measuring.parent.runner import measure
 
 MIB = 1024 * 1024
 

@@ -39,8 +39,8 @@ log() { echo "== $*" | tee -a "$out/log.txt"; }
 log "probes on $device"
 "$python" - "$device" <<'PY' | tee "$out/probes.json"
 import json, sys, torch
-from vaemem.measuring.probes import make_probe, demand_from
-from vaemem.measuring.rig import rig_info
+from vaemem.measuring.child.probes import make_probe, demand_from
+from vaemem.measuring.child.rig import rig_info
 device = sys.argv[1]
 probe = make_probe(device)
 probe.start()
@@ -62,7 +62,7 @@ log "one point through spawn"
 log "fork vs spawn at the shared point"
 "$python" - "$out/measurements" <<'PY' | tee -a "$out/log.txt"
 import sys
-from vaemem.measuring.store import load_measurements
+from vaemem.measuring.parent.store import load_measurements
 df = load_measurements(sys.argv[1])
 df = df[df.status == "ok"]
 shared = df[df.point_key.isin(df[df.launcher == "spawn"].point_key)]
@@ -81,7 +81,7 @@ fi
 log "dry run against measurement, and the platform's calibration"
 "$python" - "$out/measurements/$rig.jsonl" "$out/coefficients.json" <<'PY' | tee -a "$out/log.txt"
 import json, os, sys
-from vaemem.measuring.store import iter_records
+from vaemem.measuring.parent.store import iter_records
 from vaemem.tracing.trace import TraceSpec, trace
 seen = {}
 for _, _, r in iter_records([sys.argv[1]]):

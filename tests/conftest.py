@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vaemem.measuring.launcher import Launcher, RunOutcome
+from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome
 from vaemem.measuring.point import Point
 
 

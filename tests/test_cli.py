@@ -27,6 +27,7 @@ def _err_line(result) -> str:
     return lines[0]
 
 
+@pytest.mark.portable
 @pytest.mark.parametrize("args,message", [
     (["measure", "-m", "nope", "--op", "decode", "--dtype", "fp32", "--res", "64"], "unknown model 'nope'"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64y"], "bad resolution"),
@@ -61,6 +62,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
     assert message in _err_line(result)
 
 
+@pytest.mark.portable
 def test_measure_refuses_to_append_to_a_file_of_a_newer_schema(tmp_path):
     out = tmp_path / "m.jsonl"
     out.write_text('{"schema_version": 2, "rig": {"name": "t"}}\n')
@@ -70,16 +72,35 @@ def test_measure_refuses_to_append_to_a_file_of_a_newer_schema(tmp_path):
     assert out.read_text() == '{"schema_version": 2, "rig": {"name": "t"}}\n'  # untouched
 
 
-def test_measure_sweep_file_errors_name_the_grid(tmp_path):
+GOOD_GRID = 'models = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\nres = ["64"]\n'
+
+
+@pytest.mark.portable
+@pytest.mark.parametrize("text,message", [
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'colour = ["red"]\n', "grid 1 has unknown keys ['colour']"),
+    ('schema_version = 2\n', "schema_version 2 is newer than this vaemem understands"),
+    ('runs = 2\n', "no integer schema_version"),
+    ('schema_version = 1\nruns = "two"\n[[grid]]\n' + GOOD_GRID, "runs must be a positive integer, not 'two'"),
+    ('schema_version = 1\nruns = 0\n[[grid]]\n' + GOOD_GRID, "runs must be a positive integer, not 0"),
+    ('schema_version = 1\n', "needs at least one [[grid]] table"),
+    ('schema_version = 1\ngird = 1\n[[grid]]\n' + GOOD_GRID, "unknown top-level keys ['gird']"),
+    ('schema_version = 1\n[[grid]]\nmodels = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\n', "grid 1 has no res"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID.replace('["tiny-kl"]', '"tiny-kl"'),
+     "grid 1: models must be a non-empty list of strings, not 'tiny-kl'"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'batches = ["2"]\n',
+     "grid 1: batches must be a non-empty list of integers"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'tiles = [true]\n', "grid 1: tiles must be a non-empty list"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID.replace('"64"', '"64q"'), "grid 1: bad resolution"),
+    ('schema_version = 1\n[[grid]\n', "not valid toml"),
+])
+def test_measure_sweep_file_errors_name_the_file_and_the_field(tmp_path, text, message):
     sweep = tmp_path / "s.toml"
-    sweep.write_text('schema_version = 1\n[[grid]]\nmodels = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\n'
-                     'res = ["64"]\ncolour = ["red"]\n')
-    result = runner.invoke(app, ["measure", "--sweep", str(sweep)])
-    assert result.exit_code == 2 and "grid 1 has unknown keys ['colour']" in _err_line(result)
-    sweep.write_text('schema_version = 2\n')
-    assert "schema_version 2 is not 1" in _err_line(runner.invoke(app, ["measure", "--sweep", str(sweep)]))
+    sweep.write_text(text)
+    line = _err_line(runner.invoke(app, ["measure", "--sweep", str(sweep), "--dry-run"]))
+    assert "s.toml" in line and message in line, line
 
 
+@pytest.mark.portable
 def test_measure_then_resume_through_the_cli(tmp_path):
     out = tmp_path / "m.jsonl"
     args = ["measure", "-m", "tiny-kl", "--op", "encode", "--dtype", "fp32", "--res", "64", "--res", "96x64",
@@ -105,6 +126,21 @@ def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     bad = runner.invoke(app, ["fit", *base, "--check"])
     assert bad.exit_code == 1 and "differs: group" in bad.output and "base_bytes" in bad.output
     assert "run `vaemem fit`" in bad.output
+
+
+@pytest.mark.parametrize("where,message", [
+    (lambda t: Path("/proc/vaemem-c.json"), "cannot write /proc/vaemem-c.json"),
+    (lambda t: (t / "f").write_text("x") and t / "f" / "c.json", "is not a directory"),
+    (lambda t: t, "it is a directory"),
+])
+def test_fit_out_that_cannot_be_written_is_one_line_and_writes_nothing(tmp_path, where, message):
+    shutil.copy(TINY, tmp_path / "m.jsonl")
+    out = where(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
+                                 "--exceptions", str(tmp_path / "none")])
+    assert result.exit_code == 2 and message in _err_line(result), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, no temporary file left
 
 
 def test_fit_refuses_a_group_over_the_bound_without_writing(tmp_path):

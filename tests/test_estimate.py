@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -50,7 +51,8 @@ def _calibration(archs, conv="cudnn", alloc="native", dtype="bf16", os_="linux",
              for a, (f, b) in archs.items()}
     return {"calibration": est.calibration_id(c, kernel), **c, "kernel": kernel, "architectures": lines,
             "class": cls or {"dry_factor": max(f for f, _ in archs.values()), "per_sample_factor": 0.0,
-                             "base_bytes": max(b for _, b in archs.values())}, "agree": agree, "spread": spread}
+                             "base_bytes": max(b for _, b in archs.values()), "n_points": 5 * len(archs),
+                             "dry_bytes_max": 2**31}, "agree": agree, "spread": spread}
 
 
 def _group(arch="sd15", op="decode", conv="cudnn", alloc="native", dtype="fp16", os_="linux", tiled=False,
@@ -129,7 +131,7 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
 
 
 def test_transfer_prices_an_unmeasured_architecture_by_the_class_line_and_says_if_unverified():
-    cls = {"dry_factor": 2.9, "per_sample_factor": 0.0, "base_bytes": 120 * MIB}
+    cls = {"dry_factor": 2.9, "per_sample_factor": 0.0, "base_bytes": 120 * MIB, "n_points": 5, "dry_bytes_max": 2**31}
     coef = _coef(structures=STRUCTURES, calibrations=[_calibration({"sd15": (2.8, 100 * MIB)}, agree=False,
                                                                    spread=1.0, cls=cls)])
     e = est.explain("cogview4", "decode", 1024, 1024, dtype="bf16", backend="cudnn", allocator="native",
@@ -294,3 +296,61 @@ def test_a_pixel_line_far_outside_its_range_is_raised_to_the_legacy_rule_and_the
     assert e.bytes == est.legacy_bytes("decode", 1920, 1088, dtype="fp16", backend="cudnn", sd_family=False,
                                        tile=256) + clip
     assert "raised to the legacy rule of one frame plus the decoded clip" in e.reason
+
+
+COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "fits" / "coefficients.json"
+
+
+MUTATIONS = [  # (where in the committed file, new value or DELETE, what the error must name)
+    (("groups", 0, "base_bytes"), "DELETE", "groups[0].base_bytes is missing"),
+    (("groups", 0, "slope_bytes_per_pixel"), -3.0, "groups[0].slope_bytes_per_pixel must be a non-negative number"),
+    (("groups", 0, "slope_bytes_per_pixel"), "12", "must be a non-negative number, got '12'"),
+    (("groups", 0, "base_bytes"), -(1 << 40), "groups[0] prices its smallest measured size"),
+    (("groups", 0, "tiled"), "no", "groups[0].tiled must be true or false"),
+    (("calibrations", 0, "class", "dry_factor"), -1.0, "calibrations[0].class.dry_factor must be a non-negative"),
+    (("calibrations", 0, "class", "dry_factor"), float("nan"), "calibrations[0].class.dry_factor"),
+    (("calibrations", 0, "kernel"), "conv4d", "calibrations[0].kernel must be conv2d or conv3d"),
+    (("calibrations", 0, "architectures"), [], "calibrations[0].architectures must be a JSON object"),
+    (("models", "sd15", "spatial_factor"), 0, "models.sd15.spatial_factor must be a positive integer"),
+    (("models", "sd15", "parameters"), "DELETE", "models.sd15.parameters is missing"),
+    (("structures", "sd15/decode/fp32/untiled", "knots"), [5, 1], "knots must be increasing positive integers"),
+    (("structures", "sd15/decode/fp32/untiled", "bytes_per_pixel"), [-1.0], "bytes_per_pixel must be non-negative"),
+    (("structures", "sd15/decode/fp32/untiled", "base_bytes"), [-1e15], "prices 64x64 x 1 frames at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "with 128 px tiles at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "kind"), "cubic", 'kind must be "frames" or "tiled"'),
+    (("groups",), {}, "lacks groups"),
+]
+
+
+@pytest.mark.parametrize("path,value,message", MUTATIONS)
+def test_every_mutation_of_the_committed_file_is_refused_naming_the_field(tmp_path, path, value, message):
+    doc = json.loads(COMMITTED.read_text())
+    target = doc
+    for k in path[:-1]:
+        target = target[k]
+    if value == "DELETE":
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    est.clear_cache()
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        est.load(bad)
+    with pytest.raises(ValueError, match=re.escape(message)):  # a document handed in as a dict: the same check
+        est.explain("sd15", "decode", 512, 512, dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux",
+                    coefficients=json.loads(bad.read_text()))
+    from typer.testing import CliRunner
+
+    from vaemem.cli import app
+
+    res = CliRunner().invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp32",
+                                   "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux",
+                                   "--coefficients", str(bad)])
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and message in lines[0] and "c.json" in lines[0], res.output
+    est.clear_cache()
+
+
+def test_the_committed_file_passes_the_validator():
+    est.validate(json.loads(COMMITTED.read_text()), "committed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vaemem.measuring.eta import predict
+from vaemem.measuring.parent.eta import predict
 from vaemem.measuring.point import Point
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from conftest import FakeLauncher, descendants
 from vaemem.errors import VaememError
-from vaemem.measuring import allocators
-from vaemem.measuring.launcher import ForkLauncher, SpawnLauncher
+from vaemem.measuring.plumbing import allocators
+from vaemem.measuring.plumbing.launcher import ForkLauncher, SpawnLauncher
 from vaemem.measuring.point import Point, build_grid, parse_res, parse_shard, shard, validate
-from vaemem.measuring.probes import CpuProbe, CudaProbe, demand_from
-from vaemem.measuring.runner import measure, recorded_runs
-from vaemem.measuring.store import append_record, iter_records, load_measurements
+from vaemem.measuring.child.probes import CpuProbe, CudaProbe, demand_from
+from vaemem.measuring.parent.runner import measure, recorded_runs
+from vaemem.measuring.parent.store import append_record, iter_records, load_measurements
 
 MIB = 1024 * 1024
 
@@ -109,7 +109,7 @@ def test_the_child_reads_the_allocator_settings_from_torch():
     """rig_info on a fake CUDA torch records get_allocator_backend() and the parsed settings."""
     from types import SimpleNamespace
 
-    from vaemem.measuring.rig import rig_info
+    from vaemem.measuring.child.rig import rig_info
 
     props = SimpleNamespace(name="Fake GPU", total_memory=1 << 30)
     cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: props,
@@ -228,6 +228,7 @@ def _writer(path: str, tag: int, n: int) -> None:
         append_record(path, {"schema_version": 1, "tag": tag, "i": i, "pad": "x" * 5000})
 
 
+@pytest.mark.portable
 def test_concurrent_writers_leave_only_whole_lines(tmp_path):
     path = tmp_path / "m.jsonl"
     procs = [multiprocessing.get_context("spawn").Process(target=_writer, args=(str(path), t, 150)) for t in range(3)]
@@ -240,6 +241,7 @@ def test_concurrent_writers_leave_only_whole_lines(tmp_path):
     assert {(r["tag"], r["i"]) for r in records} == {(t, i) for t in range(3) for i in range(150)}
 
 
+@pytest.mark.portable
 def test_reader_names_file_and_line_of_bad_or_newer_lines(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"schema_version": 1}\n{"schema_version": 2}\n')
@@ -262,6 +264,7 @@ def _pts(*sizes, model="tiny-kl"):
     return [validate(Point(model, "decode", "fp32", s, s)) for s in sizes]
 
 
+@pytest.mark.portable
 def test_runner_writes_every_run_and_resumes(tmp_path):
     out = tmp_path / "r.jsonl"
     fake = FakeLauncher()
@@ -276,6 +279,7 @@ def test_runner_writes_every_run_and_resumes(tmp_path):
     assert recorded_runs(out, "r") == {(p.key, r) for p in _pts(64, 128) for r in range(3)}
 
 
+@pytest.mark.portable
 def test_failures_are_records_and_larger_points_are_skipped_after_oom(tmp_path):
     pts = _pts(64, 96, 128, 160)
     fake = FakeLauncher(fail={pts[0].key: "crash", pts[1].key: "oom", pts[3].key: "timeout"})
@@ -316,7 +320,7 @@ def test_load_measurements_flattens_nested_fields(tmp_path):
 
 # ---- real fresh processes --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("launcher_cls", [ForkLauncher, SpawnLauncher])
+@pytest.mark.parametrize("launcher_cls", [ForkLauncher, pytest.param(SpawnLauncher, marks=pytest.mark.portable)])
 def test_real_runs_are_fresh_processes(tmp_path, launcher_cls):
     pts = [validate(Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc-fixed")),
            validate(Point("tiny-wan", "encode", "bf16", 64, 64, frames=5, allocator="glibc"))]
@@ -347,7 +351,7 @@ def _kill_worker_after(delay_s: float, sig: int) -> threading.Thread:
         while time.monotonic() < deadline:
             time.sleep(0.2)
             workers = [p for p in descendants(os.getpid())
-                       if b"vaemem.measuring.forkserver" not in Path(f"/proc/{p}/cmdline").read_bytes()
+                       if b"vaemem.measuring.plumbing.forkserver" not in Path(f"/proc/{p}/cmdline").read_bytes()
                        or Path(f"/proc/{p}/stat").read_text().split()[3] != str(os.getpid())]
             leaves = [p for p in workers if not descendants(p)]
             if leaves:
@@ -361,7 +365,7 @@ def _kill_worker_after(delay_s: float, sig: int) -> threading.Thread:
     return t
 
 
-@pytest.mark.parametrize("launcher_cls", [ForkLauncher, SpawnLauncher])
+@pytest.mark.parametrize("launcher_cls", [ForkLauncher, pytest.param(SpawnLauncher, marks=pytest.mark.portable)])
 def test_worker_killed_mid_run_is_recorded_and_sweep_goes_on(tmp_path, launcher_cls):
     big = validate(Point("sd15", "decode", "fp32", 1024, 1024))  # minutes on this CPU: certain to be mid-run
     small = validate(Point("tiny-kl", "decode", "fp32", 64, 64))
@@ -375,15 +379,17 @@ def test_worker_killed_mid_run_is_recorded_and_sweep_goes_on(tmp_path, launcher_
     assert recs[1]["status"] == "ok"
 
 
-def test_worker_past_its_timeout_is_killed_and_recorded(tmp_path):
+@pytest.mark.parametrize("launcher", ["fork", pytest.param("spawn", marks=pytest.mark.portable)])
+def test_worker_past_its_timeout_is_killed_and_recorded(tmp_path, launcher):
     big = validate(Point("sd15", "decode", "fp32", 1024, 1024))
     t0 = time.monotonic()
-    recs = measure([big], tmp_path / "t.jsonl", rig="t", runs=1, timeout_s=3, launcher="fork")
+    recs = measure([big], tmp_path / "t.jsonl", rig="t", runs=1, timeout_s=3, launcher=launcher)
     assert recs[0]["status"] == "timeout" and recs[0]["exit_code"] == -signal.SIGKILL
     assert time.monotonic() - t0 < 60
     assert json.loads((tmp_path / "t.jsonl").read_text())["status"] == "timeout"
 
 
+@pytest.mark.portable
 def test_python_api_under_the_cli(tmp_path):
     import vaemem
 
@@ -395,12 +401,13 @@ def test_python_api_under_the_cli(tmp_path):
 
 # ---- the parent owns the classification (issue 11) ----------------------------------------------------------
 
-from vaemem.measuring.launcher import RunOutcome  # noqa: E402
-from vaemem.measuring.runner import Task, classify, make_record, oom_kill_count  # noqa: E402
+from vaemem.measuring.plumbing.launcher import RunOutcome  # noqa: E402
+from vaemem.measuring.parent.runner import Task, classify, make_record, oom_kill_count  # noqa: E402
 
 _OK = {"status": "ok", "demand_bytes": 123, "rig": {}}
 
 
+@pytest.mark.portable
 def test_a_timeout_wins_over_a_result_the_child_wrote_before_a_slow_exit():
     rec = make_record(Task(_pts(64)[0], 0), RunOutcome(dict(_OK), -9, True, "", 30.0, 1), rig="r", launcher="fork",
                       timeout_s=30.0)
@@ -418,6 +425,7 @@ def test_a_sigkill_without_oom_evidence_is_a_crash_and_with_it_an_oom():
     assert classify(RunOutcome(dict(_OK), -11, False, "", 1.0, 1))[0] == "crash"
 
 
+@pytest.mark.portable
 def test_a_crash_does_not_skip_larger_points(tmp_path):
     pts = _pts(64, 96, 128)
     fake = FakeLauncher(fail={pts[0].key: "crash"})
@@ -425,6 +433,7 @@ def test_a_crash_does_not_skip_larger_points(tmp_path):
     assert [r["status"] for r in recs] == ["crash", "ok", "ok"]
 
 
+@pytest.mark.portable
 def test_retry_failed_re_measures_crashes_timeouts_and_skips_only(tmp_path):
     pts = _pts(64, 96, 128, 160)
     out = tmp_path / "r.jsonl"
@@ -451,7 +460,7 @@ def test_oom_kill_count_reads_cgroup_v1_and_v2(tmp_path):
 
 
 def test_an_oom_while_building_is_an_oom(monkeypatch):
-    from vaemem.measuring import worker
+    from vaemem.measuring.child import worker
     from vaemem.models import build
 
     def no_memory(*a, **k):
@@ -464,8 +473,9 @@ def test_an_oom_while_building_is_an_oom(monkeypatch):
 
 # ---- nothing is ever lost; bad files are refused before anything runs (issue 11) ------------------------------
 
+@pytest.mark.portable
 def test_a_failed_append_is_cut_back_to_the_last_whole_line(tmp_path, monkeypatch):
-    from vaemem.measuring import store
+    from vaemem.measuring.parent import store
 
     path = tmp_path / "m.jsonl"
     append_record(path, {"schema_version": 1, "i": 0})
@@ -485,8 +495,9 @@ def test_a_failed_append_is_cut_back_to_the_last_whole_line(tmp_path, monkeypatc
     assert [r["i"] for _, _, r in iter_records([path])] == [0, 2]
 
 
+@pytest.mark.portable
 def test_a_short_write_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):
-    from vaemem.measuring import store
+    from vaemem.measuring.parent import store
 
     path = tmp_path / "m.jsonl"
     real_write = os.write
@@ -497,12 +508,12 @@ def test_a_short_write_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("make,message", [
-    (lambda p: p.mkdir(), "not a regular file"),
+    pytest.param(lambda p: p.mkdir(), "not a regular file", marks=pytest.mark.portable),
     (lambda p: os.mkfifo(p), "not a regular file"),
-    (lambda p: (p.parent / "f").write_text("x") or None, None),
+    pytest.param(lambda p: (p.parent / "f").write_text("x") or None, None, marks=pytest.mark.portable),
 ])
 def test_out_must_be_a_regular_file_checked_before_anything_runs(tmp_path, make, message):
-    from vaemem.measuring.store import check_out_path
+    from vaemem.measuring.parent.store import check_out_path
 
     target = tmp_path / "out.jsonl"
     make(target)
@@ -518,7 +529,7 @@ def test_out_must_be_a_regular_file_checked_before_anything_runs(tmp_path, make,
 
 
 def test_out_under_proc_is_refused():
-    from vaemem.measuring.store import check_out_path
+    from vaemem.measuring.parent.store import check_out_path
 
     with pytest.raises(VaememError, match="--out /proc/vaemem.jsonl"):
         check_out_path("/proc/vaemem.jsonl")
@@ -531,6 +542,7 @@ def test_readers_refuse_a_fifo_instead_of_blocking(tmp_path):
         list(iter_records([fifo]))
 
 
+@pytest.mark.portable
 @pytest.mark.parametrize("drop,change,message", [
     ("width", {}, "width missing"), ("point_key", {}, "point_key missing"), ("run", {}, "run missing"),
     (None, {"demand_bytes": -5}, "an ok run needs a non-negative integer demand_bytes"), (None, {"status": "great"}, "status 'great'"),
@@ -549,6 +561,7 @@ def test_a_bad_measurement_line_names_file_and_line_and_can_be_skipped(tmp_path,
     assert len(list(iter_records([path], skip_bad=True, bad=skipped))) == 1 and skipped[0].line == 2
 
 
+@pytest.mark.portable
 def test_shards_write_files_of_their_own_and_resume_reads_them_all(tmp_path):
     from typer.testing import CliRunner
 
@@ -566,6 +579,7 @@ def test_shards_write_files_of_their_own_and_resume_reads_them_all(tmp_path):
     assert res.exit_code == 0 and "measurements/r.shard-1-of-3.jsonl" in res.output
 
 
+@pytest.mark.portable
 def test_a_run_recorded_twice_is_counted_once(tmp_path):
     from vaemem.fit.coefficients import load_dataset
 
@@ -653,7 +667,7 @@ def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path):
 
 
 def test_the_worker_runs_task_kinds_from_a_table_and_refuses_others(tmp_path):
-    from vaemem.measuring import worker
+    from vaemem.measuring.child import worker
 
     assert set(worker.TASKS) == {"measure", "conv3d"}
     out = tmp_path / "r.json"

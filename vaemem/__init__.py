@@ -23,14 +23,14 @@ def grid(*args: object, **kwargs: object) -> object:
 
 
 def measure(points: object, out: object, **kwargs: object) -> object:
-    """Measure every run of ``points`` in fresh processes; see :func:`vaemem.measuring.runner.measure`."""
-    from vaemem.measuring.runner import measure as _measure
+    """Measure every run of ``points`` in fresh processes; see :func:`vaemem.measuring.parent.runner.measure`."""
+    from vaemem.measuring.parent.runner import measure as _measure
 
     return _measure(points, out, **kwargs)
 
 
 def load_measurements(paths: object, skip_bad: bool = False) -> object:
-    """Measurement files or directories as a pandas DataFrame; see :func:`vaemem.measuring.store.load_measurements`."""
-    from vaemem.measuring.store import load_measurements as _load
+    """Measurement files or directories as a pandas DataFrame; see :func:`vaemem.measuring.parent.store.load_measurements`."""
+    from vaemem.measuring.parent.store import load_measurements as _load
 
     return _load(paths, skip_bad=skip_bad)

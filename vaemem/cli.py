@@ -90,9 +90,9 @@ def measure(
     Before it starts it prints how many runs are due (after resume) and their predicted time, from comparable
     runs in the output file's folder."""
     from vaemem.measuring import point as pt
-    from vaemem.measuring.launcher import default_launcher
-    from vaemem.measuring.rig import default_rig_name
-    from vaemem.measuring.sweepfile import load_sweep
+    from vaemem.measuring.plumbing.launcher import default_launcher
+    from vaemem.measuring.child.rig import default_rig_name
+    from vaemem.measuring.parent.sweepfile import load_sweep
 
     try:
         if sweep is not None:
@@ -112,14 +112,14 @@ def measure(
         # where file locks are not to be trusted; resume, fit and report read every file of the folder
         default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
         out_path = out or Path("measurements") / default_name
-        from vaemem.measuring.runner import check_options
-        from vaemem.measuring.store import check_out_path
+        from vaemem.measuring.parent.runner import check_options
+        from vaemem.measuring.parent.store import check_out_path
 
         # before the plan or the bar: a bad option or output file is one line, and nothing starts
         check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
         check_out_path(out_path)
         if dry_run:
-            from vaemem.measuring.runner import sweep_plan
+            from vaemem.measuring.parent.runner import sweep_plan
 
             _print_plan(len(points), runs, out_path, *sweep_plan(points, out_path, rig_name, runs, force,
                                                                  retry_failed), as_json)
@@ -132,7 +132,7 @@ def measure(
 
 def _print_plan(n_points: int, runs: int, out: Path, tasks: list, history: list, as_json: bool) -> None:
     """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON)."""
-    from vaemem.measuring.eta import predict
+    from vaemem.measuring.parent.eta import predict
 
     eta = predict([t.point for t in tasks], history)
     typer.echo(f"plan: {n_points} points x {runs} runs, {len(tasks)} due in {out}: {eta.describe()}", err=as_json)
@@ -234,7 +234,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from vaemem.measuring.runner import measure as run_measure
+    from vaemem.measuring.parent.runner import measure as run_measure
     from vaemem.report.tables import sweep_table
 
     import signal
@@ -405,7 +405,7 @@ def _this_machine() -> tuple[str, str]:
     import torch
 
     from vaemem import estimate as est
-    from vaemem.measuring.rig import backend_of
+    from vaemem.measuring.child.rig import backend_of
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     conv = backend_of(torch, device)[1]
@@ -430,7 +430,7 @@ def estimate_cmd(
     """Price one decode or encode from the coefficient file, in MiB, with the reasoning."""
     from vaemem import estimate as est
     from vaemem.measuring.point import parse_res
-    from vaemem.measuring.rig import os_name
+    from vaemem.measuring.child.rig import os_name
 
     try:
         w, h = parse_res(res)
@@ -527,9 +527,9 @@ def bench_conv3d(
 ) -> None:
     """Time native conv3d against its conv2d decomposition on a causal video encoder, each in a fresh process."""
     from vaemem.conv3d import bench as b
-    from vaemem.measuring.launcher import default_launcher
+    from vaemem.measuring.plumbing.launcher import default_launcher
     from vaemem.measuring.point import parse_res
-    from vaemem.measuring.rig import default_rig_name
+    from vaemem.measuring.child.rig import default_rig_name
 
     try:
         w, h = parse_res(res)

@@ -119,12 +119,145 @@ def load(path: object = None) -> dict:
             raise ValueError(f"coefficient file {p} has schema_version {version!r}, "
                              f"{'newer than' if newer else 'not'} the one this estimator reads ({SCHEMA_VERSION})"
                              + hint)
-        for field, kind in (("models", dict), ("groups", list)):
-            if not isinstance(data.get(field), kind):
-                raise ValueError(f"coefficient file {p} lacks {field} (a {kind.__name__}): not a vaemem coefficient "
-                                 f"file, or damaged; regenerate it with `vaemem fit`")
-        _index(data)
+        validate(data, f"coefficient file {p}")
         _CACHE[key] = data
+    return data
+
+
+# ---- validation: the one owner of what a coefficient file must hold -------------------------------------------
+
+def _num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _need(ok: bool, where: str, what: str, v: object) -> None:
+    if not ok:
+        raise ValueError(f"{where} must be {what}, got {v!r}")
+
+
+def _field(d: dict, name: str, where: str, kind: str) -> object:
+    """``d[name]`` checked to be of ``kind``: num, num>=0, int>0, int>=0, str, bool, int>0|None, list, dict."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be an object, got {d!r}")
+    if name not in d:
+        raise ValueError(f"{where}.{name} is missing")
+    v = d[name]
+    w = f"{where}.{name}"
+    if kind == "num":
+        _need(_num(v), w, "a number", v)
+    elif kind == "num>=0":
+        _need(_num(v) and v >= 0, w, "a non-negative number", v)
+    elif kind in ("int>0", "int>=0", "int>0|None"):
+        if v is None and kind == "int>0|None":
+            return v
+        _need(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if kind == "int>=0" else 1), w,
+              "a non-negative integer" if kind == "int>=0" else "a positive integer", v)
+    elif kind == "str":
+        _need(isinstance(v, str) and v != "", w, "a non-empty string", v)
+    elif kind == "bool":
+        _need(isinstance(v, bool), w, "true or false", v)
+    else:
+        _need(isinstance(v, {"list": list, "dict": dict}[kind]), w, f"a JSON {'array' if kind == 'list' else 'object'}", v)
+    return v
+
+
+def _check_line(line: dict, where: str) -> None:
+    for name in ("dry_factor", "per_sample_factor", "base_bytes", "dry_bytes_max"):
+        _field(line, name, where, "num>=0")
+    for name in ("single_frame_factor", "single_frame_bytes"):
+        if name in line:
+            _field(line, name, where, "num>=0")
+    _field(line, "n_points", where, "int>0")
+    if line["dry_factor"] + line["per_sample_factor"] <= 0:
+        raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
+                         f": the line would not grow with the dry-run peak")
+
+
+def _check_structure(s: dict, where: str) -> None:
+    kind = _field(s, "kind", where, "str")
+    if kind == "tiled":
+        coef = _field(s, "coef", where, "list")
+        _need(len(coef) == 4 and all(_num(c) for c in coef), f"{where}.coef", "4 numbers", coef)
+        f = _field(s, "spatial_factor", where, "int>0")
+        ov = _field(s, "overlap", where, "num>=0")
+        _need(ov < 1, f"{where}.overlap", "below 1", ov)
+        probes = [(t, k * t) for t in (16 * f, 32 * f, 64 * f) for k in (2, 4)]
+        low = [(t, w) for t, w in probes if structure_bytes(s, w, w, 1, 1, t) <= 0]
+        if low:
+            t, w = low[0]
+            raise ValueError(f"{where} prices a {w}x{w} request with {t} px tiles at zero or less")
+        return
+    _need(kind == "frames", f"{where}.kind", '"frames" or "tiled"', kind)
+    knots = _field(s, "knots", where, "list")
+    _need(bool(knots) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in knots)
+          and knots == sorted(set(knots)), f"{where}.knots", "increasing positive integers", knots)
+    for name in ("bytes_per_pixel", "bytes_per_pixel_squared", "base_bytes"):
+        v = _field(s, name, where, "list")
+        _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.{name}", f"{len(knots)} numbers", v)
+    _need(min(s["bytes_per_pixel"]) >= 0, f"{where}.bytes_per_pixel", "non-negative", s["bytes_per_pixel"])
+    area_min = s.get("area_min", 64 * 64)
+    for k in knots:
+        for side in (int(area_min ** 0.5), 1024):
+            if structure_bytes(s, side, side, 1, k, None) <= 0:
+                raise ValueError(f"{where} prices {side}x{side} x {k} frames at zero or less")
+
+
+def validate(data: object, source: str = "coefficients") -> dict:
+    """Check a coefficient document (schema 2) field by field and index it for pricing. Raises ValueError naming
+    ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative slope
+    or factor, or a line that prices a valid request at zero or less."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source} is not a JSON object: not a vaemem coefficient file")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{source} has schema_version {version!r}; this estimator reads {SCHEMA_VERSION}")
+    for name in ("models", "groups"):
+        if not isinstance(data.get(name), {"models": dict, "groups": list}[name]):
+            raise ValueError(f"{source} lacks {name}: not a vaemem coefficient file, or damaged; regenerate it with "
+                             f"`vaemem fit`")
+    for name, m in data["models"].items():
+        w = f"{source}: models.{name}"
+        for f, kind in (("architecture", "str"), ("family", "str"), ("parameters", "int>=0"),
+                        ("spatial_factor", "int>0"), ("temporal_factor", "int>0|None")):
+            _field(m, f, w, kind)
+        if m.get("frame_step") is not None:
+            _field(m, "frame_step", w, "int>0")
+        if "ops" in m:
+            _need(isinstance(m["ops"], list) and set(m["ops"]) <= set(OPS), f"{w}.ops", f"a list of {OPS}", m["ops"])
+        if m.get("kernel", "conv2d") not in ("conv2d", "conv3d"):
+            raise ValueError(f"{w}.kernel must be conv2d or conv3d, got {m['kernel']!r}")
+    for i, g in enumerate(data["groups"]):
+        w = f"{source}: groups[{i}]"
+        for f in GROUP_KEYS:
+            _field(g, f, w, "bool" if f == "tiled" else "str")
+        _field(g, "slope_bytes_per_pixel", w, "num>=0")
+        _field(g, "base_bytes", w, "num")
+        if "tile_slope_bytes_per_tile_pixel" in g:
+            _field(g, "tile_slope_bytes_per_tile_pixel", w, "num>=0")
+        for f in ("pixels_min", "pixels_max"):  # the measured range: optional (reasons and the far-out floor)
+            if f in g:
+                _field(g, f, w, "int>0")
+        lo = g.get("pixels_min", 64 * 64)
+        if g["slope_bytes_per_pixel"] * lo + g["base_bytes"] <= 0:
+            raise ValueError(f"{w} prices its smallest measured size ({lo} px) at zero or less")
+    cals = data.get("calibrations", [])
+    _need(isinstance(cals, list), f"{source}: calibrations", "a JSON array", cals)
+    for i, c in enumerate(cals):
+        w = f"{source}: calibrations[{i}]"
+        _field(c, "calibration", w, "str")
+        for f in PLATFORM_KEYS:
+            _field(c, f, w, "bool" if f == "tiled" else "str")
+        _need(c.get("kernel") in ("conv2d", "conv3d"), f"{w}.kernel", "conv2d or conv3d", c.get("kernel"))
+        _field(c, "agree", w, "bool")
+        _field(c, "spread", w, "num>=0")
+        for arch, line in _field(c, "architectures", w, "dict").items():
+            _check_line(line, f"{w}.architectures.{arch}")
+        _check_line(_field(c, "class", w, "dict"), f"{w}.class")
+    structures = data.get("structures", {})
+    _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
+    for name, st in structures.items():
+        _check_structure(st, f"{source}: structures.{name}")
+    _index(data)
     return data
 
 
@@ -316,8 +449,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     tile = None if tile is None else _positive_int("tile", tile)
     coef = coefficients if isinstance(coefficients, dict) else load(coefficients)
-    if "_index" not in coef:
-        _index(coef)
+    if "_index" not in coef:  # a document handed in as a dict: checked once, as a file would be
+        validate(coef, "coefficients=")
     m = _check_model(coef, model, op, width, height, frames, tile)
     pixels = width * height * batch * frames
     tile_px = tile * tile if tile else 0

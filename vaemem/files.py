@@ -22,6 +22,11 @@ def write_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise VaememError(f"cannot write {path}: it is a directory")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise VaememError(f"cannot write {path}: {folder} is not a directory")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

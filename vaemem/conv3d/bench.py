@@ -23,7 +23,7 @@ from typing import Any
 
 from vaemem import __version__
 from vaemem.errors import VaememError
-from vaemem.measuring.store import SCHEMA_VERSION, append_record
+from vaemem.measuring.parent.store import SCHEMA_VERSION, append_record
 
 BENCH_MODELS = ("minimax-h3", "wan21", "wan22", "tiny-minimax-h3", "tiny-wan")
 DTYPES = ("fp32", "fp16-autocast", "bf16-autocast")
@@ -67,7 +67,7 @@ def _count_conv_flops(torch: Any, model: Any) -> tuple[list[Any], list[float]]:
 
 
 def run_task(task: dict[str, Any], started_s: float) -> dict[str, Any]:
-    """The worker's entry for a ``conv3d`` task (see :data:`vaemem.measuring.worker.TASKS`)."""
+    """The worker's entry for a ``conv3d`` task (see :data:`vaemem.measuring.child.worker.TASKS`)."""
     return run_path(task)
 
 
@@ -76,8 +76,8 @@ def run_path(task: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from vaemem.conv3d.patch import decomposed_conv3d
-    from vaemem.measuring.probes import demand_from, make_probe
-    from vaemem.measuring.rig import rig_info
+    from vaemem.measuring.child.probes import demand_from, make_probe
+    from vaemem.measuring.child.rig import rig_info
     from vaemem.models.build import build_model, configure_tiling, make_input, run_op
     from vaemem.models.zoo import get_spec
 
@@ -138,9 +138,9 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
           out: Path | None = None, rig: str = "bench", launcher: str = "fork",
           timeout_s: float = 3600) -> list[dict[str, Any]]:
     """Run the requested path(s) in fresh processes; append and return one record per path."""
-    from vaemem.measuring.launcher import make_launcher
+    from vaemem.measuring.plumbing.launcher import make_launcher
     from vaemem.measuring.point import default_allocator
-    from vaemem.measuring.runner import classify, git_commit
+    from vaemem.measuring.parent.runner import classify, git_commit
     from vaemem.models.zoo import get_spec
 
     if model not in BENCH_MODELS:

@@ -23,7 +23,7 @@ from vaemem.errors import VaememError
 from vaemem.estimate import GROUP_KEYS, calibration_bytes, group_id  # the estimator owns the key and the line
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
-from vaemem.measuring.store import BadLine, dumps_line, expand_paths, iter_records
+from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
 
 COEFFICIENTS_SCHEMA_VERSION = 2
 EXCEPTIONS_SCHEMA_VERSION = 1

@@ -21,11 +21,11 @@ from typing import Any
 
 from vaemem import __version__
 from vaemem.errors import VaememError
-from vaemem.measuring.allocators import late_env, startup_env
-from vaemem.measuring.launcher import Launcher, RunOutcome, make_launcher
+from vaemem.measuring.plumbing.allocators import late_env, startup_env
+from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome, make_launcher
 from vaemem.measuring.point import Point
-from vaemem.measuring.rig import os_name
-from vaemem.measuring.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, expand_paths,
+from vaemem.measuring.child.rig import os_name
+from vaemem.measuring.parent.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, expand_paths,
                                     iter_records)
 
 
@@ -175,7 +175,7 @@ def plan(points: Sequence[Point], runs: int, done: set[tuple[str, int]], force: 
 def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: float,
                   devices: Sequence[int] | None) -> None:
     """Refuse bad sweep options before anything starts."""
-    from vaemem.measuring.launcher import LAUNCHERS
+    from vaemem.measuring.plumbing.launcher import LAUNCHERS
 
     if runs < 1:
         raise VaememError(f"--runs must be at least 1, got {runs}")

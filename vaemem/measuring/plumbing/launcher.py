@@ -1,6 +1,6 @@
 """Launchers: how the parent gets a fresh process for each run of a point.
 
-* ``spawn`` starts a new interpreter per run: ``python -m vaemem.measuring.worker POINT_JSON RESULT_PATH``.
+* ``spawn`` starts a new interpreter per run: ``python -m vaemem.measuring.child.worker POINT_JSON RESULT_PATH``.
 * ``fork`` forks each run from a helper process that has already imported torch and diffusers but never touched an
   accelerator, which saves the ~2.5 s of imports per point. glibc reads ``MALLOC_*`` only at process start, so there
   is one helper per distinct startup environment (``glibc`` and ``glibc-fixed`` get their own); the torch allocator
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from vaemem.errors import VaememError
-from vaemem.measuring.allocators import child_env, clean_env, late_env, startup_env
+from vaemem.measuring.plumbing.allocators import child_env, clean_env, late_env, startup_env
 
 LAUNCHERS = ("fork", "spawn")
 STDERR_TAIL_CHARS = 2000
@@ -85,7 +85,7 @@ class Launcher(ABC):
 
     @abstractmethod
     def run(self, task: dict[str, Any], allocator: str, timeout_s: float) -> RunOutcome:
-        """Run one worker task (see :mod:`vaemem.measuring.worker`) in a fresh process with ``allocator``'s
+        """Run one worker task (see :mod:`vaemem.measuring.child.worker`) in a fresh process with ``allocator``'s
         environment, and return what was seen of it."""
 
     def close(self) -> None:
@@ -105,7 +105,7 @@ class SpawnLauncher(Launcher):
             timed_out = False
             with open(err_path, "wb") as err:
                 self._proc = proc = subprocess.Popen(
-                    [sys.executable, "-m", "vaemem.measuring.worker", json.dumps(task), str(result_path)],
+                    [sys.executable, "-m", "vaemem.measuring.child.worker", json.dumps(task), str(result_path)],
                     env=child_env(allocator), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                     start_new_session=hasattr(os, "setsid"),
                 )
@@ -166,7 +166,7 @@ class _Helper:
         read_fd, write_fd = os.pipe()  # the helper's channel to us: never its stdout
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vaemem.measuring.forkserver", str(write_fd)], env=env,
+                [sys.executable, "-m", "vaemem.measuring.plumbing.forkserver", str(write_fd)], env=env,
                 stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_fd,),
             )
         finally:

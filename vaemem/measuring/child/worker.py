@@ -1,6 +1,6 @@
 """The worker: runs one task in a fresh process and writes exactly one JSON result (pyperf's contract).
 
-Spawned:  ``python -m vaemem.measuring.worker TASK_JSON RESULT_PATH``
+Spawned:  ``python -m vaemem.measuring.child.worker TASK_JSON RESULT_PATH``
 Forked:   :func:`run_forked` in a child of the fork helper, with the same two arguments.
 
 A task is ``{"kind": "measure", "point": {...}}`` (one run of a point) or ``{"kind": "conv3d", ...}`` (one path of
@@ -51,9 +51,9 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     the peak. ``started_s`` is ``time.perf_counter()`` when the process (or fork) began, for ``import_s``."""
     import torch
 
-    from vaemem.measuring.allocators import allocator_mismatch, memory_env_seen, seen_allocator_settings
-    from vaemem.measuring.probes import demand_from, make_probe
-    from vaemem.measuring.rig import rig_info
+    from vaemem.measuring.plumbing.allocators import allocator_mismatch, memory_env_seen, seen_allocator_settings
+    from vaemem.measuring.child.probes import demand_from, make_probe
+    from vaemem.measuring.child.rig import rig_info
     from vaemem.models.build import build_model, configure_tiling, input_shape, make_input, run_op
     from vaemem.models.zoo import get_spec
 
@@ -115,7 +115,7 @@ def measure_task(task: dict[str, Any], started_s: float) -> dict[str, Any]:
 
 # The task kinds a worker runs, by "module:function" (each takes the task and the start time): a table, not an
 # import, so the measuring engine never imports the tools that use it (bench-conv3d imports the engine).
-TASKS = {"measure": "vaemem.measuring.worker:measure_task", "conv3d": "vaemem.conv3d.bench:run_task"}
+TASKS = {"measure": "vaemem.measuring.child.worker:measure_task", "conv3d": "vaemem.conv3d.bench:run_task"}
 
 
 def run(task_json: str, result_path: str, started_s: float) -> None:
@@ -144,5 +144,5 @@ def run_forked(task_json: str, result_path: str, late_env: dict[str, str]) -> No
 if __name__ == "__main__":
     _started = time.perf_counter()
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m vaemem.measuring.worker TASK_JSON RESULT_PATH")
+        sys.exit("usage: python -m vaemem.measuring.child.worker TASK_JSON RESULT_PATH")
     run(sys.argv[1], sys.argv[2], _started)

@@ -40,6 +40,15 @@ def _lock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
 
 
+def _unlock(fd: int) -> None:
+    """Windows wants its byte-range lock released before the descriptor closes; POSIX releases on close."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
 def check_out_path(path: str | Path) -> None:
     """Refuse an output file that cannot take appended lines, before any process starts: it must be a regular
     file, or a new one in a folder that exists (or can be made) and takes files. Creates nothing."""
@@ -72,6 +81,10 @@ def append_record(path: str | Path, record: dict[str, Any]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         _lock(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
         size = os.lseek(fd, 0, os.SEEK_END)
         try:
             written = os.write(fd, data)
@@ -82,7 +95,10 @@ def append_record(path: str | Path, record: dict[str, Any]) -> None:
             os.ftruncate(fd, size)  # all or nothing: cut the partial line before the lock is released
             raise VaememError(f"cannot append to {path}: {e.strerror or e}; the line was not written") from None
     finally:
-        os.close(fd)  # closing releases the lock
+        try:
+            _unlock(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)

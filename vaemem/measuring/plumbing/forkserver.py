@@ -50,7 +50,7 @@ def main() -> None:
 
     for name in CLASSES:
         getattr(diffusers, name)  # diffusers imports classes lazily: resolve every zoo class before forking
-    from vaemem.measuring import worker
+    from vaemem.measuring.child import worker
     import vaemem.models.build  # noqa: F401
 
     _send({"ready": True})
