@@ -11,7 +11,7 @@ SCRATCH ?= scratch
 $(BIN)/vaemem: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[measure,test]"
 	touch $(BIN)/vaemem
 
 install: $(BIN)/vaemem

@@ -177,3 +177,53 @@ def test_bench_conv3d_bad_input(args, message):
 
     r = CliRunner().invoke(app, ["bench-conv3d", *args])
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+# ---- the gate applied for apps (issue 12) -------------------------------------------------------------------------
+
+class _Torch:
+    """A torch whose version says ROCm ``hip`` (None: CUDA or CPU); the rest is the real torch."""
+
+    def __init__(self, hip):
+        self.version = type("V", (), {"hip": hip})()
+
+
+@pytest.mark.parametrize("name,hip,env,path,reason", [
+    ("tiny-wan", "7.1.52802", {}, "decomposed", "decomposed below HIP 7.2"),
+    ("tiny-wan", "7.2.0", {}, "native", "wan on HIP 7.2.0"),
+    ("tiny-wan", None, {}, "native", "not a HIP build"),
+    ("tiny-minimax-h3", "7.2.0", {}, "decomposed", "decomposed on every HIP version"),
+    ("tiny-wan", None, {"VAEMEM_CONV3D": "decomposed"}, "decomposed", "VAEMEM_CONV3D forces decomposed"),
+    ("tiny-kl", "6.4", {}, "native", "no causal conv3d"),
+])
+def test_apply_conv3d_gate_does_what_the_gate_says_and_undoes_it(name, hip, env, path, reason):
+    from vaemem.conv3d.apply import apply_conv3d_gate, conv3d_gate
+
+    spec = get_spec(name)
+    model = build_model(name, "encode", "cpu", "fp32")
+    x = make_input(input_shape(spec, "encode", 64, 64, 1, 5 if spec.is_video else 1), "cpu", "fp32")
+    with torch.inference_mode():
+        native = run_op(model, "encode", x)
+        with conv3d_gate(model, _Torch(hip), env) as done:
+            assert (done["path"], reason in done["reason"]) == (path, True), done
+            assert (done["patched"] > 0) == (path == "decomposed")
+            gated = run_op(model, "encode", x)
+        assert not any("_conv_forward" in m.__dict__ or "forward" in m.__dict__ for m in model.modules())
+    assert torch.allclose(native, gated, rtol=1e-4, atol=1e-5)
+    done = apply_conv3d_gate(model, _Torch(hip), env)
+    done["undo"]()
+    assert not any("_conv_forward" in m.__dict__ for m in model.modules())
+
+
+def test_bench_conv3d_auto_goes_through_the_gate(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vaemem.cli import app
+
+    monkeypatch.setenv("VAEMEM_CONV3D", "decomposed")  # this CPU has no HIP: force the path to see it taken
+    r = CliRunner().invoke(app, ["bench-conv3d", "-m", "tiny-wan", "--conv3d", "auto", "--frames", "5", "--res",
+                                 "64x32", "--runs", "1", "--out", str(tmp_path / "c.jsonl"), "--rig", "t", "--json"])
+    assert r.exit_code == 0, r.output
+    (rec,) = json.loads(r.stdout)
+    assert rec["path"] == "auto" and rec["gate"]["path"] == "decomposed" and rec["n_patched_modules"] > 5
+    assert "VAEMEM_CONV3D forces decomposed" in rec["gate"]["reason"]

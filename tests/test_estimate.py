@@ -206,6 +206,8 @@ def test_fallback_never_prices_below_legacy():
     (dict(batch=-1), "batch must be a positive"),
     (dict(frames=5), "image model"),
     (dict(tile=100), "tile must be a positive multiple of 8"),
+    (dict(cast="half"), "unknown cast 'half'; choose one of: model, op"),
+    (dict(width=True, height=7), "width must be a positive integer"),
     (dict(dtype="bf16"), "no coefficient line for dtype bf16 .* measured dtypes there: fp16"),
 ])
 def test_errors_are_value_errors_naming_the_valid_choices(kwargs, message):
@@ -298,7 +300,7 @@ def test_a_pixel_line_far_outside_its_range_is_raised_to_the_legacy_rule_and_the
     assert "raised to the legacy rule of one frame plus the decoded clip" in e.reason
 
 
-COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "fits" / "coefficients.json"
+COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "vaemem" / "coefficients.json"
 
 
 MUTATIONS = [  # (where in the committed file, new value or DELETE, what the error must name)

@@ -264,7 +264,7 @@ def test_the_committed_coefficient_file_is_reproducible():
     result = co.fit_dataset(data, 0.05, co.load_exceptions(ROOT / "fits" / "exceptions.json"),
                             read_cache(ROOT / "fits" / "traces.json"))
     assert not result.violations
-    assert co.check(ROOT / "fits" / "coefficients.json", co.dumps(result.document)) == []
+    assert co.check(ROOT / "vaemem" / "coefficients.json", co.dumps(result.document)) == []
 
 
 def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):

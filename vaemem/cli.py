@@ -15,9 +15,24 @@ import typer
 
 from vaemem.errors import VaememError
 from vaemem.estimate import MIB  # stdlib only: the CLI stays light
+from vaemem.files import default_path, packaged_coefficients
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure, fit and estimate the working memory of VAE decode and encode.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from vaemem import __version__
+
+        typer.echo(f"vaemem {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Measure, fit and estimate the working memory of VAE decode and encode."""
 
 
 def _console() -> Any:
@@ -111,7 +126,7 @@ def measure(
         # a shard writes a file of its own: shards of a Slurm array or CI matrix often share a network filesystem,
         # where file locks are not to be trusted; resume, fit and report read every file of the folder
         default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
-        out_path = out or Path("measurements") / default_name
+        out_path = out or default_path("measurements") / default_name
         from vaemem.measuring.parent.runner import check_options
         from vaemem.measuring.parent.store import check_out_path
 
@@ -287,14 +302,16 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         console.print(f"{len(records)} runs appended to {out}")
 
 
-DEFAULT_COEFFICIENTS = Path("fits/coefficients.json")
-DEFAULT_EXCEPTIONS = Path("fits/exceptions.json")
-DEFAULT_TRACES = Path("fits/traces.json")
+# Defaults resolve under the checkout when vaemem runs from one (any working folder), else the current folder.
+DEFAULT_MEASUREMENTS = default_path("measurements")
+DEFAULT_COEFFICIENTS = packaged_coefficients()
+DEFAULT_EXCEPTIONS = default_path("fits/exceptions.json")
+DEFAULT_TRACES = default_path("fits/traces.json")
 
 
 @app.command()
 def fit(
-    measurements: list[Path] = typer.Option([Path("measurements")], "--measurements",
+    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements",
                                             help="JSON Lines files or directories of them (repeatable)"),
     out: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to write (or to check)"),
     margin: float = typer.Option(0.05, help="safety margin multiplied onto every envelope"),
@@ -303,15 +320,22 @@ def fit(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
     traces: Path = typer.Option(DEFAULT_TRACES, help="dry-run cache the structures come from (vaemem trace --zoo "
                                 "--record); absent: pixel lines only"),
+    replace: bool = typer.Option(False, "--replace", help="allow replacing the packaged coefficient file from "
+                                 "measurements other than the default folder"),
 ) -> None:
     """Fit upper-envelope coefficients per group, the dry-run structures and the per-platform calibrations, and
-    write the coefficient file atomically. --check also verifies the dry-run cache (its digest, and that it was
-    made with the installed torch and diffusers)."""
+    write the coefficient file atomically. The file holds the fit of exactly the measurements given. --check also
+    verifies the dry-run cache (its digest, and that it was made with the installed torch and diffusers)."""
     from vaemem.fit import coefficients as co
     from vaemem.tracing import cache as tc
 
     try:
         data = co.load_dataset(measurements, skip_bad=skip_bad)
+        if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
+                and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]):
+            raise VaememError(f"--out is the packaged coefficient file {out}, the fit of all of "
+                              f"{DEFAULT_MEASUREMENTS}; to replace it with the fit of "
+                              f"{', '.join(map(str, measurements))} add --replace, or write elsewhere with --out")
         for bad in data.skipped:
             typer.echo(f"skipped {bad}", err=True)
         cache = tc.read_cache(traces) if traces.exists() else None
@@ -400,56 +424,88 @@ def diff(
         _fail(e)
 
 
-def _this_machine() -> tuple[str, str]:
-    """(conv backend, allocator) of this machine, for estimate's defaults. Imports torch: only when asked."""
-    import torch
-
+def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os_: str | None) -> tuple[str, str, str]:
+    """The platform keys estimate was not given, and a line on stderr saying what it assumed. Only a missing
+    backend imports torch (its detect_platform); the allocator and OS need the environment only."""
     from vaemem import estimate as est
-    from vaemem.measuring.child.rig import backend_of
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    conv = backend_of(torch, device)[1]
-    return conv, est.detect_allocator(conv)
+    said = []
+    if backend is None:
+        import torch
+
+        found = est.detect_platform(torch, dtype)
+        backend = found["backend"]
+        said.append(f"backend {backend} (detected: {found['device']})")
+        if allocator is None:
+            allocator = found["allocator"]
+            said.append(f"allocator {allocator} (detected)")
+    os_ = os_ or est.os_key()
+    if allocator is None:
+        allocator = est.detect_allocator(backend, os=os_)
+        said.append(f"allocator {allocator} (from this environment)")
+    if said:
+        typer.echo("assumed " + ", ".join(said) + f", os {os_}; pass --backend/--allocator/--os to price another "
+                   "platform", err=True)
+    return backend, allocator, os_
 
 
 @app.command(name="estimate")
 def estimate_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="zoo model name"),
+    model: str = typer.Option(..., "--model", "-m", help="zoo model name (vaemem models lists them)"),
     op: str = typer.Option(..., help="decode or encode"),
     res: str = typer.Option(..., help="WIDTH or WIDTHxHEIGHT in pixels"),
     dtype: str = typer.Option(..., help="dtype the VAE runs in: fp16, bf16, fp32"),
-    loaded_dtype: Optional[str] = typer.Option(None, help="dtype the weights were loaded in (adds the cast term)"),
+    loaded_dtype: Optional[str] = typer.Option(None, help="dtype the weights were loaded in, when the VAE is cast "
+                                               "to --dtype to run (adds the cast term): fp16, bf16, fp32"),
+    cast: str = typer.Option("model", help="which weights were cast: model (the whole VAE) or op (only the half "
+                             "the op runs)"),
     backend: Optional[str] = typer.Option(None, help="conv backend: cudnn, miopen, onednn, aten, mps, xpu "
-                                          "(default: this machine's)"),
-    allocator: Optional[str] = typer.Option(None, help="allocator key (default: this process's environment)"),
+                                          "(default: this machine's, detected through torch)"),
+    allocator: Optional[str] = typer.Option(None, help="allocator: native, cudaMallocAsync, expandable, "
+                                            "expandable-off, glibc, glibc-fixed, system (default: this process's)"),
     os_: Optional[str] = typer.Option(None, "--os", help="linux, windows, darwin (default: this machine's)"),
-    batch: int = typer.Option(1), frames: int = typer.Option(1), tile: Optional[int] = typer.Option(None),
-    coefficients: Optional[Path] = typer.Option(None, help="coefficient file (default fits/coefficients.json)"),
-    as_json: bool = typer.Option(False, "--json"),
+    batch: int = typer.Option(1, help="images (or clips) per call"),
+    frames: int = typer.Option(1, help="frames of a clip (video models; each class has its rule, e.g. 1 + 4k)"),
+    tile: Optional[int] = typer.Option(None, help="spatial tile side in px (diffusers' tiling, overlap 0.25)"),
+    budget: Optional[float] = typer.Option(None, help="MiB the app can reserve: also print the largest tile that "
+                                           "fits (spatial tiling only; tiling in time is out of scope)"),
+    coefficients: Optional[list[Path]] = typer.Option(None, help="coefficient file (default: the packaged one); "
+                                                      "repeat to layer files, the first winning per group"),
+    as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
 ) -> None:
     """Price one decode or encode from the coefficient file, in MiB, with the reasoning."""
     from vaemem import estimate as est
     from vaemem.measuring.point import parse_res
-    from vaemem.measuring.child.rig import os_name
 
     try:
         w, h = parse_res(res)
-        if backend is None or allocator is None:
-            conv, alloc = _this_machine()
-            backend, allocator = backend or conv, allocator or alloc
-        e = est.explain(model, op, w, h, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                        allocator=allocator, os=os_ or os_name(), batch=batch, frames=frames, tile=tile,
-                        coefficients=coefficients)
+        backend, allocator, os_ = _assumed_platform(dtype, backend, allocator, os_)
+        coef: Any = None if not coefficients else coefficients[0] if len(coefficients) == 1 else list(coefficients)
+        kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os_, batch=batch,
+                  frames=frames, cast=cast, coefficients=coef)
+        e = est.explain(model, op, w, h, tile=tile, **kw)
+        fit = None
+        if budget is not None:
+            if budget <= 0:
+                raise VaememError(f"--budget must be a positive number of MiB, got {budget:g}")
+            fit = est.largest_tile(model, op, w, h, int(budget * MIB), **kw)
     except ValueError as err:
         _fail(VaememError(str(err)))
     except VaememError as err:
         _fail(err)
     if as_json:
-        typer.echo(json.dumps(e.to_dict(), indent=1, sort_keys=True))
+        typer.echo(json.dumps({**e.to_dict(), "platform": {"backend": backend, "allocator": allocator, "os": os_},
+                               **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
         return
     typer.echo(f"{e.bytes / MIB:.0f} MiB for {model} {op} {w}x{h} {dtype} ({e.source}: {e.reason})")
     typer.echo(f"  group {e.group or '-'}; envelope {e.envelope_bytes / MIB:.0f} MiB, cast {e.cast_bytes / MIB:.0f} "
                f"MiB, legacy floor {e.floor_bytes / MIB:.0f} MiB, {e.pixels:,} pixels")
+    if fit is not None:
+        untiled = f"untiled {fit['untiled_bytes'] / MIB:.0f} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
+        tiles = ", ".join(f"{t}: {b / MIB:.0f}" for t, b in fit["priced"].items()) or "none smaller than the image"
+        best = (f"largest tile that fits: {fit['tile']} px ({fit['tile_bytes'] / MIB:.0f} MiB)" if fit["tile"]
+                else "no tile fits")
+        typer.echo(f"budget {budget:g} MiB: {untiled}; {best} (tiles priced, MiB: {tiles}; spatial tiling only)")
 
 
 def _load_fit(measurements: list[Path], coefficients: Path) -> tuple[Any, dict]:
@@ -460,7 +516,7 @@ def _load_fit(measurements: list[Path], coefficients: Path) -> tuple[Any, dict]:
 
 @app.command()
 def report(
-    measurements: list[Path] = typer.Option([Path("measurements")], "--measurements", help="files or directories"),
+    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements", help="files or directories"),
     coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to judge"),
     fmt: str = typer.Option("table", "--format", help="table, markdown or json"),
 ) -> None:
@@ -489,7 +545,7 @@ def report(
 
 @app.command()
 def plot(
-    measurements: list[Path] = typer.Option([Path("measurements")], "--measurements", help="files or directories"),
+    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements", help="files or directories"),
     coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file"),
     out: Path = typer.Option(Path("fits/plots"), help="directory for the PNGs"),
     group: list[str] = typer.Option([], "--group", help="only these group ids (repeatable)"),
@@ -509,10 +565,35 @@ def plot(
         typer.echo(f"wrote {p}")
 
 
+@app.command()
+def export(
+    python: Path = typer.Option(..., "--python", help="the module to write, e.g. vaemem_estimate.py"),
+    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to embed"),
+) -> None:
+    """Write the estimator as one self-contained Python module with the coefficients embedded as literals: an app
+    vendors it and prices with nothing installed (byte-deterministic; it prices exactly what the package does)."""
+    from vaemem import estimate as est
+    from vaemem.export import python_module
+    from vaemem.files import write_atomic
+
+    try:
+        try:
+            doc = est.load(coefficients)
+        except ValueError as e:
+            raise VaememError(str(e)) from None
+        write_atomic(python, python_module(doc, coefficients.name))
+        typer.echo(f"wrote {python}: the estimator with {len(doc['groups'])} pixel-line groups, "
+                   f"{len(doc.get('calibrations', []))} calibrations and {len(doc.get('structures', {}))} structures "
+                   f"embedded")
+    except VaememError as e:
+        _fail(e)
+
+
 @app.command(name="bench-conv3d")
 def bench_conv3d(
     model: str = typer.Option("minimax-h3", "--model", "-m", help="minimax-h3, wan21, wan22, tiny-minimax-h3, tiny-wan"),
-    conv3d: str = typer.Option("both", "--conv3d", help="native, decomposed or both"),
+    conv3d: str = typer.Option("both", "--conv3d", help="native, decomposed, both, or auto (the path the declared "
+                               "gate chooses, as vaemem.conv3d.apply applies it; VAEMEM_CONV3D overrides)"),
     method: str = typer.Option("taps", help="decomposition: taps (one conv2d per temporal tap) or stacked"),
     frames: int = typer.Option(17, help="frames in the chunk (1 + 4k)"),
     res: str = typer.Option("768x448", help="WIDTHxHEIGHT of the frames"),

@@ -1,11 +1,18 @@
 """Runtime estimator: how many bytes to reserve for one VAE decode or encode, from a vaemem coefficient file.
 
-Standard library only, and no import of the rest of vaemem: an app may import it on its hot path or copy this one
-file. Usage::
+Standard library only, and no import of the rest of vaemem: an app may import it on its hot path, copy this one
+file (with ``coefficients.json`` beside it), or vendor the module ``vaemem export --python`` writes (the same code,
+the coefficients embedded). Usage::
 
-    from vaemem.estimate import working_memory_bytes
-    need = working_memory_bytes("sdxl", "decode", 1024, 1024, dtype="fp32", loaded_dtype="fp16",
-                                backend="cudnn", allocator="native", os="linux", coefficients="coefficients.json")
+    import torch
+    from vaemem import estimate
+    platform = estimate.detect_platform(torch, "bf16")           # backend, allocator, os of this process
+    need = estimate.working_memory_bytes("sdxl", "decode", 1024, 1024, dtype="bf16", backend=platform["backend"],
+                                         allocator=platform["allocator"], os=platform["os"])
+    tile = estimate.largest_tile("sdxl", "decode", 2048, 2048, budget_bytes, dtype="bf16", **keys)["tile"]
+
+The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
+them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
 The file (schema 2) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
@@ -26,7 +33,9 @@ one per measured architecture and one pooled over the class. Pricing, in this de
     measurement never sets a GPU platform's price.
 
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
-(an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size).
+(an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
+of the whole VAE (``cast="model"``, the default: what ``.to(dtype)`` casts) or of the half the op runs
+(``cast="op"``).
 
 A platform that was measured for this architecture, but not in the requested dtype, is an error (ValueError naming
 the dtypes measured) rather than a guess. The margin is already in the file.
@@ -50,7 +59,7 @@ MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 OPS = ("decode", "encode")
 BACKENDS = ("cudnn", "miopen", "onednn", "aten", "mps", "xpu")
-ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed")
+ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed", "system")
 OSES = ("linux", "windows", "darwin")
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
 
@@ -64,6 +73,9 @@ COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
 
 _CACHE: dict = {}
+PACKAGED_NAME = "coefficients.json"
+# An exported module (``vaemem export --python``) sets this to its coefficient document, as literals.
+_EMBEDDED: dict | None = None
 
 
 class Estimate:
@@ -89,39 +101,91 @@ class Estimate:
 
 
 def default_coefficients_path() -> str:
-    """``$VAEMEM_COEFFICIENTS``, else ``fits/coefficients.json`` of the checkout this module lives in."""
+    """``$VAEMEM_COEFFICIENTS``, else the fitted file packaged with vaemem (``vaemem/coefficients.json``, found
+    through ``importlib.resources`` in a wheel or a checkout; beside this file when it is vendored alone). An
+    exported module (``vaemem export --python``) prices from its embedded document: ``"<embedded>"``."""
+    if _EMBEDDED is not None:
+        return "<embedded>"
     env = _os.environ.get("VAEMEM_COEFFICIENTS")
-    here = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-    return env or _os.path.join(here, "fits", "coefficients.json")
+    if env:
+        return env
+    try:
+        from importlib.resources import files
+
+        return str(files(__package__).joinpath(PACKAGED_NAME)) if __package__ else _beside()
+    except (ImportError, TypeError, ModuleNotFoundError):
+        return _beside()
+
+
+def _beside() -> str:
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), PACKAGED_NAME)
+
+
+def _read(p: str) -> dict:
+    try:
+        with open(p) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read coefficient file {p}: {e.strerror}") from None
+    except ValueError as e:
+        raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        hint = ("; upgrade vaemem" if newer else
+                "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
+                "readable)" if version == 1 else "")
+        raise ValueError(f"coefficient file {p} has schema_version {version!r}, "
+                         f"{'newer than' if newer else 'not'} the one this estimator reads ({SCHEMA_VERSION})" + hint)
+    return validate(data, f"coefficient file {p}")
 
 
 def load(path: object = None) -> dict:
-    """The coefficient file at ``path`` (read once, then cached by the path as given); refuses an unknown or newer
-    schema."""
-    key = str(path) if path is not None else default_coefficients_path()
+    """The coefficient document to price from, read and validated once, then cached: ``path`` a file (str or
+    path-like), a dict (validated once), a list of them (layered: the first that has a group, calibration,
+    structure or model wins, so ``[mine, None]`` puts a rig owner's own fit over the packaged one), or None (the
+    embedded document of an exported module, else :func:`default_coefficients_path`). Refuses an unknown or newer
+    schema and any malformed field (ValueError)."""
+    if isinstance(path, dict):
+        return path if "_plans" in path else validate(path, "coefficients=")
+    if isinstance(path, (list, tuple)):
+        key = tuple(id(p) if isinstance(p, dict) else (None if p is None else str(p)) for p in path)
+        data = _CACHE.get(key)
+        if data is None:
+            if not path:
+                raise ValueError("coefficients=[]: name at least one coefficient file")
+            data = _CACHE[key] = _layer([load(p) for p in path])
+        return data
+    if path is None:
+        if _EMBEDDED is not None:
+            data = _CACHE.get("<embedded>")
+            if data is None:
+                data = _CACHE["<embedded>"] = validate(_EMBEDDED, "the embedded coefficients")
+            return data
+        path = default_coefficients_path()
+    key = str(path)
     data = _CACHE.get(key)
     if data is None:
-        p = key
-        try:
-            with open(p) as f:
-                text = f.read()
-            data = json.loads(text)
-        except OSError as e:
-            raise ValueError(f"cannot read coefficient file {p}: {e.strerror}") from None
-        except ValueError as e:
-            raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != SCHEMA_VERSION:
-            newer = isinstance(version, int) and version > SCHEMA_VERSION
-            hint = ("; upgrade vaemem" if newer else
-                    "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
-                    "readable)" if version == 1 else "")
-            raise ValueError(f"coefficient file {p} has schema_version {version!r}, "
-                             f"{'newer than' if newer else 'not'} the one this estimator reads ({SCHEMA_VERSION})"
-                             + hint)
-        validate(data, f"coefficient file {p}")
-        _CACHE[key] = data
+        data = _CACHE[key] = _read(key)
     return data
+
+
+def _layer(docs: list) -> dict:
+    """One document from several, the first winning per model, group, calibration and structure."""
+    out = {k: v for k, v in docs[-1].items() if not k.startswith("_")}
+    models, structures, groups, calibrations = {}, {}, {}, {}
+    for d in reversed(docs):
+        models.update(d["models"])
+        structures.update(d.get("structures", {}))
+        groups.update(d["_index"])
+        calibrations.update(d["_calib"])
+    out.update(models=models, structures=structures, groups=list(groups.values()),
+               calibrations=list(calibrations.values()), layered=len(docs))
+    return validate(out, "layered coefficients")
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
 
 
 # ---- validation: the one owner of what a coefficient file must hold -------------------------------------------
@@ -222,6 +286,12 @@ def validate(data: object, source: str = "coefficients") -> dict:
             _field(m, f, w, kind)
         if m.get("frame_step") is not None:
             _field(m, "frame_step", w, "int>0")
+        if "op_parameters" in m:
+            for op in OPS:
+                _field(_field(m, "op_parameters", w, "dict"), op, f"{w}.op_parameters", "int>=0")
+        for name in ("refused", "refused_tiled"):
+            if name in m:
+                _field(m, name, w, "dict")
         if "ops" in m:
             _need(isinstance(m["ops"], list) and set(m["ops"]) <= set(OPS), f"{w}.ops", f"a list of {OPS}", m["ops"])
         if m.get("kernel", "conv2d") not in ("conv2d", "conv3d"):
@@ -261,10 +331,6 @@ def validate(data: object, source: str = "coefficients") -> dict:
     return data
 
 
-def clear_cache() -> None:
-    _CACHE.clear()
-
-
 def _tiling(tiled: bool) -> str:
     return "tiled" if tiled else "untiled"
 
@@ -290,43 +356,89 @@ def structure_key(architecture: str, op: str, dtype: str, tiled: bool) -> str:
 def _index(data: dict) -> None:
     data["_index"] = {group_id(g): g for g in data["groups"]}
     data["_calib"] = {c["calibration"]: c for c in data.get("calibrations", [])}
+    data["_plans"] = {}  # per request key without sizes: what pricing resolved once (see _plan)
+
+
+def tiles_visited(width: int, height: int, tile: int, factor: int, overlap: float) -> int:
+    """Tiles diffusers' loops visit: they step through the latent by int(tile / factor x (1 - overlap)) along
+    each side."""
+    stride = int(tile // factor * (1 - overlap)) or 1
+    return -(-(height // factor) // stride) * -(-(width // factor) // stride)
 
 
 def tiled_features(width: int, height: int, tile: int, factor: int, overlap: float) -> list[float]:
-    """Basis of a tiled dry run: [tile^2, tiles visited x tile^2, width x height, 1]. Tiles visited: diffusers'
-    loops step through the latent by int(tile / factor x (1 - overlap)) along each side."""
-    stride = max(1, int(tile // factor * (1 - overlap)))
-    n = -(-(height // factor) // stride) * -(-(width // factor) // stride)
+    """Basis of a tiled dry run: [tile^2, tiles visited x tile^2, width x height, 1]."""
+    n = tiles_visited(width, height, tile, factor, overlap)
     return [float(tile * tile), float(n * tile * tile), float(width * height), 1.0]
+
+
+def compile_structure(s: dict) -> tuple:
+    """A structure as a tuple for :func:`structure_eval` (no dict lookups on the hot path)."""
+    if s["kind"] == "tiled":
+        return (True, tuple(s["coef"]), s["spatial_factor"], s["overlap"])
+    return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
+            tuple(s["base_bytes"]), s.get("area_min", 0))
+
+
+def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
+    """(a, q, base) of an untiled compiled structure at ``frames``: the knots' values, linear between knots and
+    extrapolated along the last segment past the last knot (by then the growth is the output clip's)."""
+    knots, a_, q_, b_ = c[1], c[2], c[3], c[4]
+    n = len(knots)
+    if n == 1 or frames <= knots[0]:
+        return a_[0], q_[0], b_[0]
+    i = 1
+    while i < n - 1 and knots[i] < frames:
+        i += 1
+    u = (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
+    return (a_[i - 1] + (a_[i] - a_[i - 1]) * u, q_[i - 1] + (q_[i] - q_[i - 1]) * u,
+            b_[i - 1] + (b_[i] - b_[i - 1]) * u)
+
+
+def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, tile: int | None,
+                   terms: tuple[float, float, float] | None = None) -> float:
+    """The dry-run peak of a compiled structure (see :func:`structure_bytes`); ``terms``: its
+    :func:`frame_terms` at ``frames`` when the caller has them already."""
+    if c[0]:
+        k = c[1]
+        n = tiles_visited(width, height, tile, c[2], c[3])  # type: ignore[arg-type]
+        t2 = tile * tile  # type: ignore[operator]
+        return batch * (k[0] * t2 + k[1] * n * t2 + k[2] * width * height + k[3])
+    a, q, b = terms or frame_terms(c, frames)
+    area = width * height
+    if area < c[5]:
+        area = c[5]
+    v = batch * (a * area + q * area * area + b)
+    return v if v > 0 else 0.0
 
 
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
     """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
     base given at frame knots, linear between them and extrapolated along the last segment past the last
-    knot (by then the growth is the output clip's). Tiled: the tiled basis. Batch multiplies the whole (dry runs
-    scale exactly with batch)."""
-    if s["kind"] == "tiled":
-        feats = tiled_features(width, height, tile or 0, s["spatial_factor"], s["overlap"])
-        return batch * sum(c * x for c, x in zip(s["coef"], feats))
-    knots, area = s["knots"], max(width * height, s.get("area_min", 0))
-    terms = (s["bytes_per_pixel"], s["bytes_per_pixel_squared"], s["base_bytes"])
-    if len(knots) == 1 or frames <= knots[0]:
-        a, q, b = (t[0] for t in terms)
-    else:  # linear between knots, and past the last one along the last segment
-        i = next((i for i, k in enumerate(knots) if k >= frames), len(knots) - 1)
-        u = (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
-        a, q, b = (t[i - 1] + (t[i] - t[i - 1]) * u for t in terms)
-    return max(0.0, batch * (a * area + q * area * area + b))
+    knot (by then the growth is the output clip's). Tiled: ``[tile^2, tiles visited x tile^2, width x height, 1]``
+    against its four coefficients. Batch multiplies the whole (dry runs scale exactly with batch)."""
+    return structure_eval(compile_structure(s), width, height, batch, frames, tile)
+
+
+def legacy_constants(op: str, dtype: str, backend: str, sd_family: bool) -> tuple[int, int]:
+    """(bytes per pixel, extra bytes) of the legacy rule for one key: ``element_size x k[op]`` and the 250 MiB of
+    an fp32 SD/SDXL decode."""
+    k = LEGACY_K["miopen" if backend == "miopen" else "default"][op]
+    return ELEMENT_SIZE[dtype] * k, (LEGACY_FP32_SD_DECODE_EXTRA if (dtype == "fp32" and op == "decode"
+                                                                     and sd_family) else 0)
 
 
 def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, sd_family: bool, batch: int = 1,
                  frames: int = 1, tile: int | None = None) -> int:
     """The legacy reservation rule. Batch and frames multiply the pixels (the rule predates both)."""
-    k = LEGACY_K["miopen" if backend == "miopen" else "default"][op]
-    extra = LEGACY_FP32_SD_DECODE_EXTRA if (dtype == "fp32" and op == "decode" and sd_family) else 0
+    per_pixel, extra = legacy_constants(op, dtype, backend, sd_family)
+    return _legacy(per_pixel, extra, width, height, batch, frames, tile)
+
+
+def _legacy(per_pixel: int, extra: int, width: int, height: int, batch: int, frames: int, tile: int | None) -> int:
     if tile is not None:  # one tile of every sample and frame
-        return int((tile * tile * batch * frames * ELEMENT_SIZE[dtype] * k + extra) * LEGACY_TILED_FACTOR)
-    return width * height * batch * frames * ELEMENT_SIZE[dtype] * k + extra
+        return int((tile * tile * batch * frames * per_pixel + extra) * LEGACY_TILED_FACTOR)
+    return width * height * batch * frames * per_pixel + extra
 
 
 def comfy_bytes(op: str, width: int, height: int, *, dtype: str, amd: bool, batch: int = 1, frames: int = 1,
@@ -369,6 +481,12 @@ def invokeai_bytes(op: str, width: int, height: int, *, dtype: str, backend: str
                         batch=batch, frames=frames, tile=tile)
 
 
+# ---- pricing ---------------------------------------------------------------------------------------------------
+
+CAST = ("model", "op")  # the weights an app cast to the run dtype: the whole VAE (default), or the half the op runs
+TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
+
+
 def _positive_int(name: str, v: object) -> int:
     """``v`` as an int (numpy integers too, through ``__index__``), or ValueError."""
     try:
@@ -382,7 +500,8 @@ def _positive_int(name: str, v: object) -> int:
     return n
 
 
-def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str, os: str) -> None:
+def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str, os: str,
+                   cast: str) -> None:
     """Checks that need no coefficient file: every key names one of its valid choices (a typo is refused, never
     priced by the fallback)."""
     if op not in OPS:
@@ -396,32 +515,165 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"unknown allocator {allocator!r}; choose one of: {', '.join(ALLOCATORS)}")
     if os not in OSES:
         raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
+    if cast not in CAST:
+        raise ValueError(f"unknown cast {cast!r}; choose one of: {', '.join(CAST)}")
 
 
-def _check_model(coef: dict, model: str, op: str, width: int, height: int, frames: int, tile: int | None) -> dict:
-    """The model's entry in the file, after the checks that need it (the same rules as ``vaemem measure``)."""
-    models = coef["models"]
-    if model not in models:
-        raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(models))}")
-    m = models[model]
-    if op not in m.get("ops", OPS):
-        raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
-    f = m["spatial_factor"]
-    if width % f or height % f:
-        raise ValueError(f"{model} needs width and height in multiples of {f} px, got {width}x{height}")
-    if tile is not None:
-        if tile % f:  # a positive int already (explain converts it)
-            raise ValueError(f"tile must be a positive multiple of {f} px for {model}, got {tile!r}")
-        if tile >= max(width, height):
-            raise ValueError(f"tile {tile} is not smaller than {width}x{height}: no tiling would happen")
-    step = m.get("frame_step") or m["temporal_factor"]
-    if m["temporal_factor"] is None:
-        if frames != 1:
-            raise ValueError(f"{model} is an image model: frames must be 1")
-    elif (frames - 1) % step:
-        raise ValueError(f"{model} takes clips of 1 + {step}k frames ({', '.join(str(1 + step * k) for k in range(4))}"
-                         f", ...), got {frames}")
-    return m
+class _Plan:
+    """What pricing resolves once per request key (model, op, dtype, loaded dtype, platform, tiled, cast): the
+    model's rules, the path (calib, pixel or fallback) and its constants. ``price`` adds only the sizes."""
+
+    __slots__ = ("kind", "model", "m", "op", "dtype", "factor", "step", "image", "cast_bytes", "cast_params", "s",
+                 "cs", "line", "own", "calib", "group", "ref", "cref", "arch_video", "tiled", "legacy", "pixel_line",
+                 "clip_bytes", "terms", "ref_terms")
+
+    def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
+                 allocator: str, os: str, tiled: bool, cast: str) -> None:
+        _check_request(op, dtype, loaded_dtype, backend, allocator, os, cast)
+        models = coef["models"]
+        if model not in models:
+            raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(models))}")
+        m = models[model]
+        if op not in m.get("ops", OPS):
+            raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
+        if tiled and op in m.get("refused_tiled", {}):
+            raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
+        self.model, self.m, self.op, self.dtype, self.tiled = model, m, op, dtype, tiled
+        self.factor = m["spatial_factor"]
+        self.image = m["temporal_factor"] is None
+        self.step = m.get("frame_step") or m["temporal_factor"]
+        self.legacy = legacy_constants(op, dtype, backend, m["family"] == "sd")
+        # the decoded clip a video decode must hold (the far-extrapolation floor of a pixel line): 3 x es per pixel
+        self.clip_bytes = 0 if self.image or op != "decode" else 3 * ELEMENT_SIZE[dtype]
+        self.cast_params, self.cast_bytes = 0, 0
+        if loaded_dtype is not None and ELEMENT_SIZE[dtype] > ELEMENT_SIZE[loaded_dtype]:
+            if cast == "op" and op not in m.get("op_parameters", {}):
+                raise ValueError(f"this coefficient file has no per-op parameter counts for {model}; refit it with "
+                                 f"`vaemem fit`, or cast='model'")
+            self.cast_params = m["parameters"] if cast == "model" else m["op_parameters"][op]
+            self.cast_bytes = self.cast_params * (ELEMENT_SIZE[dtype] - ELEMENT_SIZE[loaded_dtype])
+        arch = m["architecture"]
+        key = {"architecture": arch, "op": op, "conv_backend": backend, "allocator": allocator, "dtype": dtype,
+               "os": os, "tiled": tiled}
+        structures = coef.get("structures", {})
+        self.s = structures.get(structure_key(arch, op, dtype, tiled))
+        self.cs = None if self.s is None else compile_structure(self.s)
+        self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
+        self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
+        self.group = coef["_index"].get(group_id(key))
+        self.own = self.line = self.ref = self.cref = self.pixel_line = self.ref_terms = None
+        self.arch_video = False
+        if self.s is not None and self.calib is not None:
+            self.kind = "calib"
+            self.own = self.calib["architectures"].get(arch)
+            self.line = self.own if self.own is not None else self.calib["class"]
+            self.arch_video = models.get(arch, m)["temporal_factor"] is not None
+            return
+        if self.group is not None:
+            self.kind = "pixel"
+            g = self.group
+            self.pixel_line = (g["slope_bytes_per_pixel"], g.get("tile_slope_bytes_per_tile_pixel", 0.0),
+                               g["base_bytes"], g.get("pixels_max"))
+            return
+        platform = {k: key[k] for k in ("architecture", "op", "conv_backend", "allocator", "os", "tiled")}
+        have = sorted({g["dtype"] for g in coef["groups"] if all(g[k] == v for k, v in platform.items())}
+                      | {c["dtype"] for c in coef.get("calibrations", []) if arch in c["architectures"]
+                         and all(c[k] == v for k, v in platform.items() if k != "architecture")})
+        if have:
+            raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
+                             f"measured dtypes there: {', '.join(have)}")
+        self.kind = "fallback"
+        ref = models.get(REFERENCE_MODEL)
+        if ref is not None:
+            self.ref = structures.get(structure_key(ref["architecture"], op, dtype, tiled))
+            self.cref = None if self.ref is None else compile_structure(self.ref)
+            self.ref_terms = None if self.cref is None or self.cref[0] else frame_terms(self.cref, 1)
+
+    def price(self, width: object, height: object, batch: object, frames: object, tile: object) -> tuple:
+        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note) of one request; ValueError for sizes
+        ``vaemem measure`` refuses. explain and working_memory_bytes both call it, so the reasoning and the number
+        never part. One method on purpose: it is the hot path."""
+        if not (type(width) is int and type(height) is int and type(batch) is int and type(frames) is int
+                and width > 0 and height > 0 and batch > 0 and frames > 0):
+            width, height, batch, frames = (_positive_int(n, v) for n, v in
+                                            (("width", width), ("height", height), ("batch", batch),
+                                             ("frames", frames)))
+        w, h, b, f, t = width, height, batch, frames, tile
+        sf = self.factor
+        if w % sf or h % sf:  # type: ignore[operator]
+            raise ValueError(f"{self.model} needs width and height in multiples of {sf} px, got {w}x{h}")
+        if t is not None:
+            if type(t) is not int:
+                t = _positive_int("tile", t)
+            if t <= 0 or t % sf:  # type: ignore[operator]
+                raise ValueError(f"tile must be a positive multiple of {sf} px for {self.model}, got {t!r}")
+            if t >= (w if w > h else h):  # type: ignore[operator]
+                raise ValueError(f"tile {t} is not smaller than {w}x{h}: no tiling would happen")
+        if self.image:
+            if f != 1:
+                raise ValueError(f"{self.model} is an image model: frames must be 1")
+        elif (f - 1) % self.step:  # type: ignore[operator]
+            step = self.step
+            raise ValueError(f"{self.model} takes clips of 1 + {step}k frames "
+                             f"({', '.join(str(1 + step * k) for k in range(4))}, ...), got {f}")
+        kind = self.kind
+        if kind == "pixel":
+            slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
+            pixels = w * h * b * f  # type: ignore[operator]
+            env = int(slope * pixels + tile_slope * (t * t if t else 0) + base)
+            note = ""
+            if top is not None and pixels > top:  # honest about extrapolation: the line is only measured so far
+                note = f", extrapolated to {pixels / top:.1f}x its largest measured size"
+                if pixels > 2 * top:  # far outside: never below the legacy rule (a clip: of one frame, plus the clip)
+                    floor = _legacy(*self.legacy, w, h, b, f if self.image else 1, t) + self.clip_bytes * pixels
+                    if floor > env:
+                        env = floor
+                        note += ", raised to the legacy rule" + ("" if self.image else
+                                                                 " of one frame plus the decoded clip")
+            return env + self.cast_bytes, env, None, 0, note
+        cs = self.cs
+        if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
+            floor = _legacy(*self.legacy, w, h, b, f, t)
+            return floor + self.cast_bytes, 0, None, floor, ""
+        dry = structure_eval(cs, w, h, b, f, t, None if cs[0] else
+                             self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)))
+        if kind == "calib":
+            env = int(calibration_bytes(self.line, dry, dry / b, self.arch_video and f == 1))  # type: ignore[arg-type]
+            return env + self.cast_bytes, env, dry, 0, ""
+        per_pixel, extra = self.legacy
+        floor = _legacy(per_pixel, extra, w, h, b, 1, t)  # the fallback: a clip's legacy rule is of one frame
+        ref = 0.0 if self.cref is None else structure_eval(self.cref, w, h, b, 1, t, self.ref_terms)
+        if not ref:
+            return floor + self.cast_bytes, 0, dry, floor, ""
+        env = int(floor * dry / ref)
+        return (env if env > floor else floor) + self.cast_bytes, env, dry, floor, ""
+
+
+def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str,
+          os: str, tiled: bool, cast: str) -> _Plan:
+    key = (model, op, dtype, loaded_dtype, backend, allocator, os, tiled, cast)
+    plans = coef["_plans"]
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = _Plan(coef, *key)
+    return plan
+
+
+def _doc(coefficients: object) -> dict:
+    """The validated document for a ``coefficients=`` argument (the hot path: a cache hit)."""
+    if coefficients is None:
+        data = _CACHE.get(None)
+        if data is None:
+            data = _CACHE[None] = load(None)
+        return data
+    if isinstance(coefficients, dict):
+        return coefficients if "_plans" in coefficients else load(coefficients)
+    if isinstance(coefficients, (list, tuple)):
+        return load(coefficients)
+    data = _CACHE.get(coefficients)
+    if data is None:
+        data = _CACHE[coefficients] = load(coefficients)
+    return data
 
 
 def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
@@ -436,114 +688,155 @@ def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, d
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
     a video architecture). The one evaluation of the line: the fit, the reports and the pricing all call it."""
-    return (c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
-            + ((c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)) if single_frame else 0.0))
+    v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
+    if single_frame:
+        v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
+    return v
 
 
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
             backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1, tile: int | None = None,
-            coefficients: object = None) -> Estimate:
-    """The reservation in bytes for one decode/encode, with its reasoning (see the module docstring)."""
-    _check_request(op, dtype, loaded_dtype, backend, allocator, os)
-    width, height, batch, frames = (_positive_int(n, v) for n, v in
-                                    (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
-    tile = None if tile is None else _positive_int("tile", tile)
-    coef = coefficients if isinstance(coefficients, dict) else load(coefficients)
-    if "_index" not in coef:  # a document handed in as a dict: checked once, as a file would be
-        validate(coef, "coefficients=")
-    m = _check_model(coef, model, op, width, height, frames, tile)
-    pixels = width * height * batch * frames
-    tile_px = tile * tile if tile else 0
-    key = {"architecture": m["architecture"], "op": op, "conv_backend": backend, "allocator": allocator,
-           "dtype": dtype, "os": os, "tiled": tile is not None}
-    gid = group_id(key)
-    cast = 0
-    if loaded_dtype is not None and ELEMENT_SIZE[dtype] > ELEMENT_SIZE[loaded_dtype]:
-        cast = m["parameters"] * (ELEMENT_SIZE[dtype] - ELEMENT_SIZE[loaded_dtype])
-    kw = {"dtype": dtype, "frames": frames, "tile": tile}
-    dry = dry_run_bytes(coef, model, op, width, height, batch=batch, **kw)
-    calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
+            cast: str = "model", coefficients: object = None) -> Estimate:
+    """The reservation in bytes for one decode/encode, with its reasoning (see the module docstring).
 
-    if dry is not None and calib is not None:
-        dry1 = dry_run_bytes(coef, model, op, width, height, batch=1, **kw)
-        own = calib["architectures"].get(m["architecture"])
-        line = own if own is not None else calib["class"]
-        video_arch = coef["models"].get(m["architecture"], m)["temporal_factor"] is not None
-        env = int(calibration_bytes(line, dry, dry1, video_arch and frames == 1))
+    ``cast``: which weights the app cast from ``loaded_dtype`` to ``dtype``: ``"model"`` (the whole VAE, what
+    loading and ``.to(dtype)`` do) or ``"op"`` (only the half the op runs)."""
+    plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast)
+    total, env, dry, floor, note = plan.price(width, height, batch, frames, tile)
+    pixels = int(width) * int(height) * int(batch) * int(frames)
+    cast_note = ""
+    if plan.cast_bytes:
+        cast_note = (f"; cast {plan.cast_params:,} parameters ("
+                     f"{'the whole model' if cast == 'model' else 'its ' + ('decoder' if op == 'decode' else 'encoder')}"
+                     f") from {loaded_dtype} to {dtype}")
+    if plan.kind == "calib":
+        own, calib, m = plan.own, plan.calib, plan.m
         if own is not None:
-            source = "measured"
             reason = (f"measured on this platform ({own['n_points']} points): {own['dry_factor']:.3f} x dry-run peak "
                       f"{dry / MIB:.0f} MiB")
             if dry > own["dry_bytes_max"]:
                 reason += f", {dry / own['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
-        else:
-            source = "transfer"
-            agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
-                     if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
-            reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
-                      f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}) at "
-                      f"dry-run peak {dry / MIB:.0f} MiB")
-        return Estimate(env + cast, source, calib["calibration"], reason, env, cast, 0, pixels)
-
-    exact = coef["_index"].get(gid)
-    if exact is not None:
-        env = int(exact["slope_bytes_per_pixel"] * pixels
-                  + exact.get("tile_slope_bytes_per_tile_pixel", 0.0) * tile_px + exact["base_bytes"])
-        reason = "measured pixel line (no dry-run structure covers this request)"
-        if pixels > exact.get("pixels_max", pixels):  # honest about extrapolation: the line is only measured so far
-            reason += f", extrapolated to {pixels / exact['pixels_max']:.1f}x its largest measured size"
-            if pixels > 2 * exact["pixels_max"]:  # far outside: never below the legacy rule (for a clip: of one
-                video = m["temporal_factor"] is not None  # frame, plus the decoded clip that must exist)
-                floor = legacy_bytes(op, width, height, dtype=dtype, backend=backend, sd_family=m["family"] == "sd",
-                                     batch=batch, frames=1 if video else frames, tile=tile)
-                if video and op == "decode":
-                    floor += 3 * frames * width * height * batch * ELEMENT_SIZE[dtype]
-                if floor > env:
-                    env = floor
-                    reason += ", raised to the legacy rule" + (" of one frame plus the decoded clip" if video else "")
-        return Estimate(env + cast, "measured", gid, reason, env, cast, 0, pixels)
-
-    platform = {k: key[k] for k in ("architecture", "op", "conv_backend", "allocator", "os", "tiled")}
-    have = sorted({g["dtype"] for g in coef["groups"] if all(g[k] == v for k, v in platform.items())}
-                  | {c["dtype"] for c in coef.get("calibrations", []) if m["architecture"] in c["architectures"]
-                     and all(c[k] == v for k, v in platform.items() if k != "architecture")})
-    if have:
-        raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
-                         f"measured dtypes there: {', '.join(have)}")
-
-    floor = legacy_bytes(op, width, height, dtype=dtype, backend=backend, sd_family=m["family"] == "sd",
-                         batch=batch, frames=1 if dry is not None else frames, tile=tile)
-    ref = dry_run_bytes(coef, REFERENCE_MODEL, op, width, height, batch=batch, dtype=dtype, tile=tile) \
-        if REFERENCE_MODEL in coef["models"] else None
-    if dry is not None and ref:
+            return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,
+                            pixels)
+        agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
+                 if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
+        reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
+                  f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}) at "
+                  f"dry-run peak {dry / MIB:.0f} MiB")
+        return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
+    if plan.kind == "pixel":
+        reason = "measured pixel line (no dry-run structure covers this request)" + note
+        return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
+    ref = structure_eval(plan.cref, int(width), int(height), int(batch), 1, tile) if plan.cref and dry else 0.0
+    if ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
-        env = int(floor * ratio)
         if ratio > 1:
             reason = (f"platform not measured: legacy rule x {ratio:.2f} (dry-run peak {dry / MIB:.0f} MiB against "
                       f"{ref / MIB:.0f} MiB of the SD family)")
-            return Estimate(env + cast, "fallback", None, reason, env, cast, floor, pixels)
-        reason = f"platform not measured: legacy rule (dry-run peak {ratio:.2f}x the SD family's)"
+        else:
+            reason = f"platform not measured: legacy rule (dry-run peak {ratio:.2f}x the SD family's)"
     else:
-        env = 0
         reason = "platform not measured: legacy rule (no dry-run structure" + \
-                 (", frames priced as pixels)" if frames > 1 else ")")
-    return Estimate(floor + cast, "fallback", None, reason, env, cast, floor, pixels)
+                 (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
+    return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
 def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
                          backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1,
-                         tile: int | None = None, coefficients: object = None) -> int:
-    """Bytes to reserve for one VAE ``op`` of ``width`` x ``height`` pixels; see :func:`explain` for the reasoning."""
-    return explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                   allocator=allocator, os=os, batch=batch, frames=frames, tile=tile, coefficients=coefficients).bytes
+                         tile: int | None = None, cast: str = "model", coefficients: object = None) -> int:
+    """Bytes to reserve for one VAE ``op`` of ``width`` x ``height`` pixels; see :func:`explain` for the reasoning.
+    The hot path: after the first call of a key it only checks and prices the sizes."""
+    coef = _CACHE.get(None) if coefficients is None else None
+    if coef is None:
+        coef = _doc(coefficients)
+    plan = coef["_plans"].get((model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast))
+    if plan is None:
+        plan = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast)
+    return plan.price(width, height, batch, frames, tile)[0]
 
 
-def detect_allocator(backend: str, env: dict[str, str] | None = None) -> str:
-    """The allocator key this process would run with, from its environment (no torch needed)."""
+def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int, *, dtype: str,
+                 loaded_dtype: str | None = None, backend: str, allocator: str, os: str, batch: int = 1,
+                 frames: int = 1, candidates: object = None, cast: str = "model",
+                 coefficients: object = None) -> dict:
+    """The largest spatial tile whose reservation fits ``budget_bytes``, among ``candidates`` (default
+    :data:`TILE_CANDIDATES`; those smaller than the image and multiples of the model's spatial factor).
+
+    Returns ``{"untiled_bytes", "untiled_fits", "tile" (None: none fits), "tile_bytes", "priced": {tile: bytes}}``.
+    Tiling in time (frame chunks) is out of scope: a clip is tiled in space only, every frame at once."""
+    budget = _positive_int("budget_bytes", budget_bytes)
+    kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os, batch=batch,
+              frames=frames, cast=cast, coefficients=coefficients)
+    untiled = working_memory_bytes(model, op, width, height, **kw)  # also checks every argument
+    f = _doc(coefficients)["models"][model]["spatial_factor"]
+    tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
+                   reverse=True)
+    side = max(int(width), int(height))
+    priced: dict = {}
+    best = None
+    for t in tiles:
+        if t >= side or t % f:
+            continue
+        priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
+        if best is None and priced[t] <= budget:
+            best = t
+    return {"untiled_bytes": untiled, "untiled_fits": untiled <= budget, "tile": best,
+            "tile_bytes": priced.get(best) if best is not None else None, "priced": priced}
+
+
+# ---- the platform an app runs on (it hands in the torch it imported: the estimator never imports torch) ----------
+
+def conv_backend(torch: object, device: str = "cpu", dtype: str = "fp32") -> str:
+    """The conv backend key of ``device`` (cuda, cpu, mps, xpu) in ``dtype``: ``miopen`` on ROCm (recognised by
+    ``torch.version.hip``), ``cudnn`` on CUDA; on the CPU ``onednn`` where torch's mkldnn is available and, for
+    bf16/fp16, where the CPU has the instructions (torch's own ``_is_mkldnn_bf16_supported`` /
+    ``_is_mkldnn_fp16_supported``), else ``aten`` (torch's reference convolution). The measuring rig uses this
+    rule too."""
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        return "miopen" if getattr(torch.version, "hip", None) else "cudnn"  # type: ignore[attr-defined]
+    if kind == "cpu":
+        if not torch.backends.mkldnn.is_available():  # type: ignore[attr-defined]
+            return "aten"
+        probe = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(dtype)
+        if probe and not getattr(torch.ops.mkldnn, probe)():  # type: ignore[attr-defined]
+            return "aten"
+        return "onednn"
+    if kind in ("mps", "xpu"):
+        return kind
+    raise ValueError(f"unknown device {device!r}; choose one of: cuda, cpu, mps, xpu")
+
+
+def os_key(platform: str | None = None) -> str:
+    """linux, windows or darwin, from ``sys.platform`` (or the one given)."""
+    import sys
+
+    p = sys.platform if platform is None else platform
+    if p.startswith("linux"):
+        return "linux"
+    if p in ("win32", "cygwin"):
+        return "windows"
+    if p == "darwin":
+        return "darwin"
+    raise ValueError(f"unsupported platform {p!r}: the estimator knows {', '.join(OSES)}")
+
+
+def _alloc_conf(env: dict) -> str:
+    return env.get("PYTORCH_ALLOC_CONF") or env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_HIP_ALLOC_CONF") \
+        or ""
+
+
+def detect_allocator(backend: str, env: dict | None = None, os: str | None = None) -> str:
+    """The allocator key a process with environment ``env`` would run ``backend`` with (no torch needed). GPUs:
+    ``PYTORCH_ALLOC_CONF`` (or its deprecated aliases) parsed: ``backend:cudaMallocAsync``,
+    ``expandable_segments:True`` / ``:False``, else ``native``. CPU on Linux: ``glibc-fixed`` when glibc's
+    ``MALLOC_MMAP_THRESHOLD_`` is set, else ``glibc``; CPU elsewhere: ``system`` (not glibc; never measured)."""
     env = dict(_os.environ if env is None else env)
     if backend in ("onednn", "aten"):
+        if (os or os_key()) != "linux":
+            return "system"
         return "glibc-fixed" if "MALLOC_MMAP_THRESHOLD_" in env else "glibc"
-    conf = env.get("PYTORCH_ALLOC_CONF") or env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_HIP_ALLOC_CONF") or ""
+    conf = _alloc_conf(env).replace(" ", "")
     if "cudaMallocAsync" in conf:
         return "cudaMallocAsync"
     if "expandable_segments:True" in conf:
@@ -551,3 +844,38 @@ def detect_allocator(backend: str, env: dict[str, str] | None = None) -> str:
     if "expandable_segments:False" in conf:
         return "expandable-off"
     return "native"
+
+
+def detect_platform(torch: object, dtype: str = "fp32", device: str | None = None, env: dict | None = None) -> dict:
+    """The platform keys of this process for pricing ``dtype``: ``{"device", "backend", "allocator", "os",
+    "attention"}``, from the ``torch`` module the app already imported. ``device`` defaults to CUDA/ROCm, then
+    MPS, then XPU where available, else the CPU. The allocator comes from ``torch.cuda.memory.
+    get_allocator_backend()`` (cudaMallocAsync) and the parsed allocator variables (expandable or not); the
+    attention path is ``fused`` where torch's scaled-dot-product attention has a fused kernel enabled for the
+    device, else ``math`` (the score matrix is materialised)."""
+    if dtype not in ELEMENT_SIZE:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
+    if device is None:
+        mps = getattr(getattr(torch, "backends", None), "mps", None)
+        xpu = getattr(torch, "xpu", None)
+        device = ("cuda" if torch.cuda.is_available() else  # type: ignore[attr-defined]
+                  "mps" if mps is not None and mps.is_available() else
+                  "xpu" if xpu is not None and xpu.is_available() else "cpu")
+    backend = conv_backend(torch, device, dtype)
+    os = os_key()
+    allocator = detect_allocator(backend, env, os)
+    if backend in ("cudnn", "miopen"):
+        memory = getattr(torch.cuda, "memory", None)  # type: ignore[attr-defined]
+        getter = getattr(memory, "get_allocator_backend", None)
+        if getter is not None and getter() == "cudaMallocAsync":
+            allocator = "cudaMallocAsync"
+        cuda = getattr(torch.backends, "cuda", None)  # type: ignore[attr-defined]
+        fused = cuda is not None and any(getattr(cuda, n, lambda: False)()
+                                         for n in ("flash_sdp_enabled", "mem_efficient_sdp_enabled"))
+    elif backend in ("mps", "xpu"):
+        allocator = "native"
+        fused = hasattr(torch.nn.functional, "scaled_dot_product_attention")  # type: ignore[attr-defined]
+    else:
+        fused = hasattr(torch.nn.functional, "scaled_dot_product_attention")  # type: ignore[attr-defined]
+    return {"device": device.split(":")[0], "backend": backend, "allocator": allocator, "os": os,
+            "attention": "fused" if fused else "math"}

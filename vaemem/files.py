@@ -1,4 +1,4 @@
-"""Writing a whole file safely: the one atomic writer of coefficient files, dry-run caches and exported modules."""
+"""Files: the one atomic writer (coefficient files, dry-run caches, exported modules) and where default files live."""
 
 from __future__ import annotations
 
@@ -45,3 +45,25 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def checkout_root() -> Path | None:
+    """The repository this package runs from (an editable install or a checkout on ``sys.path``), or None for an
+    installed wheel: the folder above the package, when it holds vaemem's ``pyproject.toml``."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return root if 'name = "vaemem"' in (root / "pyproject.toml").read_text() else None
+    except OSError:
+        return None
+
+
+def default_path(relative: str) -> Path:
+    """Where a default file of the toolkit lives: under the checkout when there is one (so commands work from
+    any folder), else relative to the current folder. Errors about it then name the full path looked for."""
+    root = checkout_root()
+    return root / relative if root is not None else Path(relative)
+
+
+def packaged_coefficients() -> Path:
+    """The coefficient file shipped inside the package, which ``fit`` writes by default and the estimator reads."""
+    return Path(__file__).resolve().parent / "coefficients.json"

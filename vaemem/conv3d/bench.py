@@ -14,6 +14,7 @@ and encodes them one after another; times are per chunk, all tiles together.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import statistics
 import tempfile
 import time
@@ -27,7 +28,7 @@ from vaemem.measuring.parent.store import SCHEMA_VERSION, append_record
 
 BENCH_MODELS = ("minimax-h3", "wan21", "wan22", "tiny-minimax-h3", "tiny-wan")
 DTYPES = ("fp32", "fp16-autocast", "bf16-autocast")
-PATHS = ("native", "decomposed")
+PATHS = ("native", "decomposed")  # plus "auto": the path the declared gate chooses in the child (conv3d/apply.py)
 MATMUL_N = 2048
 
 
@@ -92,7 +93,15 @@ def run_path(task: dict[str, Any]) -> dict[str, Any]:
     amp_dtype = {"fp16-autocast": torch.float16, "bf16-autocast": torch.bfloat16}.get(task["dtype"])
     device_type = device.split(":")[0]
     amp = torch.autocast(device_type, dtype=amp_dtype) if amp_dtype else nullcontext()
-    path = decomposed_conv3d(model, task["method"]) if task["path"] == "decomposed" else nullcontext(0)
+    gate = None
+    if task["path"] == "auto":  # the gate as an app applies it, with the parent's VAEMEM_CONV3D
+        from vaemem.conv3d.apply import apply_conv3d_gate
+        from vaemem.conv3d.gate import ENV_VAR
+
+        gate = apply_conv3d_gate(model, torch, {ENV_VAR: task.get("conv3d_env") or "auto"}, task["method"])
+        path = nullcontext(gate["patched"])
+    else:
+        path = decomposed_conv3d(model, task["method"]) if task["path"] == "decomposed" else nullcontext(0)
     handles, flops = _count_conv_flops(torch, model)
     probe = make_probe(device)
     times = []
@@ -118,7 +127,8 @@ def run_path(task: dict[str, Any]) -> dict[str, Any]:
             "all_calls_s": [round(t, 4) for t in times], "readings": readings, "demand_bytes": demand,
             "conv_gflop_per_chunk": round(flops[0] / 1e9, 3),
             "conv_gflops_achieved": round(flops[0] / 1e9 / (steady or times[0]), 2),
-            "matmul_gflops": round(mm, 2), "n_patched_modules": n_patched, "rig": info}
+            "matmul_gflops": round(mm, 2), "n_patched_modules": n_patched, "rig": info,
+            **({"gate": {k: v for k, v in gate.items() if k != "undo"}} if gate is not None else {})}
 
 
 def _drift(native_path: str, decomposed_path: str) -> dict[str, Any]:
@@ -145,8 +155,8 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
 
     if model not in BENCH_MODELS:
         raise VaememError(f"bench-conv3d runs causal video encoders; choose one of: {', '.join(BENCH_MODELS)}")
-    if conv3d not in (*PATHS, "both"):
-        raise VaememError(f"unknown --conv3d {conv3d!r}; choose one of: native, decomposed, both")
+    if conv3d not in (*PATHS, "both", "auto"):
+        raise VaememError(f"unknown --conv3d {conv3d!r}; choose one of: native, decomposed, both, auto")
     if method not in ("taps", "stacked"):
         raise VaememError(f"unknown --method {method!r}; choose one of: taps, stacked")
     if dtype not in DTYPES:
@@ -170,7 +180,8 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
             for p in paths:
                 task = {"kind": "conv3d", "model": model, "path": p, "method": method, "frames": frames,
                         "width": width, "height": height, "tiles": [rows, cols], "dtype": dtype, "runs": runs,
-                        "device": device, "output_path": str(Path(tmp, f"{p}.pt"))}
+                        "device": device, "output_path": str(Path(tmp, f"{p}.pt")),
+                        "conv3d_env": os.environ.get("VAEMEM_CONV3D")}
                 outcome = launch.run(task, default_allocator(device), timeout_s)
                 result = dict(outcome.result or {})
                 rec = {"schema_version": SCHEMA_VERSION, "kind": "conv3d", **{k: v for k, v in task.items()

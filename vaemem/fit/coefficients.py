@@ -176,7 +176,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     """Fit every group and build the coefficient document (a dict, ready for :func:`dumps`). ``traces`` is the
     dry-run cache (:mod:`vaemem.tracing.cache`) the structures are derived from; without it the file has pixel
     lines only."""
-    from vaemem.models.zoo import PARAMETERS, registry
+    from vaemem.models.zoo import OP_PARAMETERS, PARAMETERS, registry
     from vaemem.tracing.structure import derive_all
 
     if not 0 <= margin < 1:
@@ -227,10 +227,12 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     reg = registry()
     archs = {g["architecture"] for g in groups} | {u["architecture"] for u in unfitted}
     models = {name: {"architecture": s.architecture, "parameters": PARAMETERS[name],
+                     "op_parameters": OP_PARAMETERS[name],
                      "force_upcast": bool(s.config.get("force_upcast", False)),
                      "spatial_factor": s.spatial_factor, "temporal_factor": s.temporal_factor,
                      "frame_step": s.info.frame_step, "kernel": s.kernel, "ops": list(s.ops),
                      "refused": {op: s.refusal(op) for op in ("decode", "encode") if s.refusal(op)},
+                     "refused_tiled": {op: s.tiled_refusal(op) for op in ("decode", "encode") if s.tiled_refusal(op)},
                      "family": "sd" if s.class_name == "AutoencoderKL" and s.latent_channels == 4 else s.family}
               for name, s in reg.items() if s.architecture in archs or not s.tiny}
     document = {

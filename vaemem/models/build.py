@@ -122,6 +122,11 @@ def count_parameters(name: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def count_op_parameters(name: str, op: str) -> int:
+    """Parameters of the half ``op`` runs, from a meta build (the other half dropped as for a measurement)."""
+    return sum(p.numel() for p in build_meta(get_spec(name), op).parameters())
+
+
 def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overlap: float = 0.25) -> None:
     """Turn diffusers' own tiled decode/encode on with square ``tile``-pixel tiles, or off when ``tile`` is None.
 

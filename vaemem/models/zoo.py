@@ -162,6 +162,27 @@ PARAMETERS: dict[str, int] = {
     "tiny-qwen-image": 203_295,
 }
 
+# Parameters of the half each op runs (decoder + post_quant_conv; encoder + quant_conv), from meta builds: what an
+# app casts when it casts only the half it runs (the cast term's cast='op').
+OP_PARAMETERS: dict[str, dict[str, int]] = {
+    "cogvideox": {"decode": 123_368_451, "encode": 92_215_456}, "cogview4": {"decode": 233_656_835, "encode": 172_443_808},
+    "flux1": {"decode": 49_545_475, "encode": 34_274_208}, "flux2": {"decode": 49_620_259, "encode": 34_425_856},
+    "hunyuanimage-2.1": {"decode": 260_567_939, "encode": 145_007_552}, "hunyuanvideo": {"decode": 146_136_339, "encode": 100_342_464},
+    "hunyuanvideo-1.5": {"decode": 871_309_571, "encode": 389_324_544}, "ltx-2": {"decode": 528_380_720, "encode": 694_098_881},
+    "ltx-2.3": {"decode": 407_169_072, "encode": 318_936_897}, "ltx-video": {"decode": 238_789_296, "encode": 180_404_353},
+    "ltx-video-0.9.5": {"decode": 552_814_641, "encode": 694_098_881}, "minimax-h3": {"decode": 2_423_531_096, "encode": 180_337_888},
+    "mochi": {"decode": 362_526_595, "encode": 97_222_016}, "qwen-image": {"decode": 73_295_603, "encode": 53_596_928},
+    "sana-dc-ae": {"decode": 159_223_171, "encode": 153_027_104}, "sd15": {"decode": 49_490_199, "encode": 34_163_664},
+    "sd3": {"decode": 49_545_475, "encode": 34_274_208}, "sdxl": {"decode": 49_490_199, "encode": 34_163_664},
+    "wan21": {"decode": 73_295_603, "encode": 53_596_928}, "wan22": {"decode": 555_051_580, "encode": 149_637_088},
+    "tiny-cogvideox": {"decode": 101_859, "encode": 62_912}, "tiny-dcae": {"decode": 36_555, "encode": 36_540},
+    "tiny-hunyuanimage": {"decode": 501_859, "encode": 288_928}, "tiny-hunyuanvideo": {"decode": 109_815, "encode": 69_864},
+    "tiny-hunyuanvideo-1.5": {"decode": 176_947, "encode": 65_580}, "tiny-kl": {"decode": 148_471, "encode": 93_856},
+    "tiny-ltx-2": {"decode": 222_751, "encode": 52_091}, "tiny-ltx-video": {"decode": 308_808, "encode": 156_409},
+    "tiny-minimax-h3": {"decode": 7_780, "encode": 54_824}, "tiny-mochi": {"decode": 303_043, "encode": 307_136},
+    "tiny-qwen-image": {"decode": 121_583, "encode": 81_712}, "tiny-wan": {"decode": 121_583, "encode": 81_712},
+}
+
 
 @dataclass(frozen=True)
 class ClassInfo:

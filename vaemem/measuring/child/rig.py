@@ -41,23 +41,16 @@ def _mem_total_bytes() -> int | None:
 
 
 def backend_of(torch: Any, device: str, dtype: str = "fp32") -> tuple[str, str]:
-    """(backend, conv backend): cuda/cudnn, rocm/miopen (recognised by torch.version.hip), cpu/onednn, ...
+    """(backend, conv backend): cuda/cudnn, rocm/miopen, cpu/onednn or cpu/aten, mps/mps, xpu/xpu. The conv
+    backend is the estimator's rule (:func:`vaemem.estimate.conv_backend`), so that what a rig records is what an
+    app's ``detect_platform`` finds. On the CPU it depends on the dtype: oneDNN runs bf16/fp16 only where the CPU
+    has the instructions (AVX512-BF16, AMX, AVX2-VNNI-2); elsewhere torch falls back to its reference
+    ``slow_conv2d`` (im2col + GEMM), with other memory and ~100x the time: a different key."""
+    from vaemem.estimate import conv_backend
 
-    On the CPU the conv backend depends on the dtype: oneDNN runs bf16/fp16 only where the CPU has the
-    instructions (AVX512-BF16, AMX, AVX2-VNNI-2); elsewhere torch falls back to its reference ``slow_conv2d``
-    (im2col + GEMM), with other memory and ~100x the time. That is a different backend, so it is a different key.
-    """
+    conv = conv_backend(torch, device, dtype)
     kind = device.split(":")[0]
-    if kind == "cuda":
-        return ("rocm", "miopen") if getattr(torch.version, "hip", None) else ("cuda", "cudnn")
-    if kind == "cpu":
-        if not torch.backends.mkldnn.is_available():
-            return "cpu", "aten"
-        probe = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(dtype)
-        if probe and not getattr(torch.ops.mkldnn, probe)():
-            return "cpu", "aten"
-        return "cpu", "onednn"
-    return kind, kind
+    return ("rocm" if conv == "miopen" else kind), conv
 
 
 def rig_info(torch: Any, device: str, dtype: str = "fp32") -> dict[str, Any]:

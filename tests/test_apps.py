@@ -1,0 +1,254 @@
+"""What an app needs (issue 12): the exported module, platform detection, tile by budget, layered files, the
+cast term, the light entry point and the CLI's defaults."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vaemem import estimate as est
+from vaemem.cli import app
+
+ROOT = Path(__file__).parent.parent
+PACKAGED = ROOT / "vaemem" / "coefficients.json"
+MIB = 1024 * 1024
+runner = CliRunner()
+
+
+def _requests(doc: dict) -> list[dict]:
+    """Requests covering every committed pixel group and every architecture of every calibration, two sizes
+    each, plus fallbacks on a GPU platform for every zoo model."""
+    by_arch: dict[str, str] = {}
+    for name, m in sorted(doc["models"].items()):
+        by_arch.setdefault(m["architecture"], name)
+    out = []
+    for g in doc["groups"]:
+        m = doc["models"][by_arch[g["architecture"]]]
+        f, tile = m["spatial_factor"], (128 if g["tiled"] else None)
+        for side in (256, 512):
+            out.append(dict(model=by_arch[g["architecture"]], op=g["op"], width=side, height=side, dtype=g["dtype"],
+                            backend=g["conv_backend"], allocator=g["allocator"], os=g["os"], tile=tile,
+                            frames=1 if m["temporal_factor"] is None else 1 + (m.get("frame_step") or
+                                                                              m["temporal_factor"])))
+    for c in doc["calibrations"]:
+        for arch in c["architectures"]:
+            m = doc["models"][by_arch[arch]]
+            for side in (256, 640):
+                out.append(dict(model=by_arch[arch], op=c["op"], width=side, height=side, dtype=c["dtype"],
+                                backend=c["conv_backend"], allocator=c["allocator"], os=c["os"],
+                                tile=128 if c["tiled"] else None,
+                                frames=1 if m["temporal_factor"] is None else 1 + 4 * (m.get("frame_step") or
+                                                                                       m["temporal_factor"])))
+    for name, m in sorted(doc["models"].items()):
+        for op in m["ops"]:
+            out.append(dict(model=name, op=op, width=1024, height=1024, dtype="bf16", backend="cudnn",
+                            allocator="native", os="linux", tile=None,
+                            frames=1 if m["temporal_factor"] is None else 1 + 2 * (m.get("frame_step") or
+                                                                                   m["temporal_factor"])))
+    return out
+
+
+# ---- export --python -------------------------------------------------------------------------------------------
+
+def test_the_exported_module_is_deterministic_self_contained_and_prices_what_the_package_prices(tmp_path):
+    a, b = tmp_path / "a" / "vaemem_estimate.py", tmp_path / "b" / "vaemem_estimate.py"
+    for out in (a, b):
+        res = runner.invoke(app, ["export", "--python", str(out)])
+        assert res.exit_code == 0, res.output
+    assert a.read_bytes() == b.read_bytes()
+    reqs = _requests(json.loads(PACKAGED.read_text()))
+    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport vaemem_estimate as e\n"
+            "out = []\nfor r in json.loads(sys.argv[2]):\n"
+            "    m, op, w, h = r.pop('model'), r.pop('op'), r.pop('width'), r.pop('height')\n"
+            "    out.append(e.working_memory_bytes(m, op, w, h, **r))\n"
+            "mods = sorted(n for n in sys.modules if n.split('.')[0] in ('vaemem', 'torch', 'numpy'))\n"
+            "print(json.dumps({'bytes': out, 'modules': mods, 'path': e.default_coefficients_path()}))")
+    env = {"PATH": os.environ.get("PATH", ""), "VAEMEM_COEFFICIENTS": "/nonexistent.json"}  # embedded wins
+    res = subprocess.run([sys.executable, "-I", "-c", code, str(a.parent), json.dumps(reqs)], capture_output=True,
+                         text=True, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout)
+    assert got["modules"] == [] and got["path"] == "<embedded>"
+    want = [est.working_memory_bytes(r["model"], r["op"], r["width"], r["height"], coefficients=PACKAGED,
+                                     **{k: v for k, v in r.items() if k not in ("model", "op", "width", "height")})
+            for r in reqs]
+    assert got["bytes"] == want and len(want) > 60
+
+
+def test_export_refuses_a_bad_coefficient_file(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"schema_version": 2, "models": {}, "groups": [{"op": "decode"}]}))
+    res = runner.invoke(app, ["export", "--python", str(tmp_path / "x.py"), "--coefficients", str(bad)])
+    assert res.exit_code == 2 and "groups[0].architecture is missing" in res.output and not (tmp_path / "x.py").exists()
+
+
+# ---- detect_platform with fake torch modules ---------------------------------------------------------------------
+
+def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True, bf16: bool = True,
+               fp16: bool = False, allocator_backend: str = "native", flash: bool = True, sdpa: bool = True):
+    cuda = types.SimpleNamespace(is_available=lambda: device in ("cuda", "rocm"),
+                                 memory=types.SimpleNamespace(get_allocator_backend=lambda: allocator_backend))
+    backends = types.SimpleNamespace(
+        mkldnn=types.SimpleNamespace(is_available=lambda: mkldnn),
+        mps=types.SimpleNamespace(is_available=lambda: device == "mps"),
+        cuda=types.SimpleNamespace(flash_sdp_enabled=lambda: flash, mem_efficient_sdp_enabled=lambda: flash))
+    functional = types.SimpleNamespace(**({"scaled_dot_product_attention": object()} if sdpa else {}))
+    return types.SimpleNamespace(
+        cuda=cuda, backends=backends, version=types.SimpleNamespace(hip=hip, cuda="12.4" if not hip else None),
+        xpu=types.SimpleNamespace(is_available=lambda: device == "xpu"),
+        ops=types.SimpleNamespace(mkldnn=types.SimpleNamespace(_is_mkldnn_bf16_supported=lambda: bf16,
+                                                               _is_mkldnn_fp16_supported=lambda: fp16)),
+        nn=types.SimpleNamespace(functional=functional))
+
+
+@pytest.mark.parametrize("torch_kw,dtype,env,platform,want", [
+    (dict(device="cuda"), "bf16", {}, "linux", ("cuda", "cudnn", "native", "linux", "fused")),
+    (dict(device="cuda", allocator_backend="cudaMallocAsync"), "fp16", {}, "linux",
+     ("cuda", "cudnn", "cudaMallocAsync", "linux", "fused")),
+    (dict(device="cuda"), "fp16", {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, "win32",
+     ("cuda", "cudnn", "expandable", "windows", "fused")),
+    (dict(device="cuda"), "fp16", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments: False"}, "linux",
+     ("cuda", "cudnn", "expandable-off", "linux", "fused")),
+    (dict(device="rocm", hip="6.2", flash=False), "fp16", {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"},
+     "linux", ("cuda", "miopen", "expandable", "linux", "math")),
+    (dict(device="rocm", hip="6.2"), "fp32", {}, "win32", ("cuda", "miopen", "native", "windows", "fused")),
+    (dict(device="mps"), "fp16", {}, "darwin", ("mps", "mps", "native", "darwin", "fused")),
+    (dict(device="xpu", sdpa=False), "bf16", {}, "linux", ("xpu", "xpu", "native", "linux", "math")),
+    (dict(), "fp32", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
+    (dict(), "fp32", {"MALLOC_MMAP_THRESHOLD_": "65536"}, "linux", ("cpu", "onednn", "glibc-fixed", "linux", "fused")),
+    (dict(bf16=False), "bf16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
+    (dict(bf16=True), "bf16", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
+    (dict(fp16=False), "fp16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
+    (dict(mkldnn=False), "fp32", {}, "darwin", ("cpu", "aten", "system", "darwin", "fused")),
+    (dict(), "fp32", {}, "win32", ("cpu", "onednn", "system", "windows", "fused")),
+])
+def test_detect_platform_on_fake_torch_modules(monkeypatch, torch_kw, dtype, env, platform, want):
+    monkeypatch.setattr(sys, "platform", platform)
+    got = est.detect_platform(fake_torch(**torch_kw), dtype, env=env)
+    assert (got["device"], got["backend"], got["allocator"], got["os"], got["attention"]) == want
+
+
+def test_detect_platform_refuses_what_it_cannot_name(monkeypatch):
+    with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
+        est.detect_platform(fake_torch(), "fp8")
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        est.detect_platform(fake_torch(), "fp32", device="tpu")
+    monkeypatch.setattr(sys, "platform", "aix")
+    with pytest.raises(ValueError, match="unsupported platform 'aix'"):
+        est.detect_platform(fake_torch(), "fp32")
+
+
+def test_the_rig_records_what_detect_platform_finds():
+    from vaemem.measuring.child.rig import backend_of
+
+    assert backend_of(fake_torch(device="rocm", hip="6.2"), "cuda:0", "fp16") == ("rocm", "miopen")
+    assert backend_of(fake_torch(bf16=False), "cpu", "bf16") == ("cpu", "aten")
+    assert backend_of(fake_torch(), "cpu", "bf16") == ("cpu", "onednn")
+
+
+# ---- tile by budget ----------------------------------------------------------------------------------------------
+
+GPU = dict(dtype="bf16", backend="cudnn", allocator="native", os="linux")
+
+
+def test_largest_tile_picks_the_largest_candidate_within_the_budget():
+    priced = {t: est.working_memory_bytes("flux1", "decode", 2048, 2048, tile=t, **GPU) for t in (1024, 768, 512, 384, 256)}
+    assert priced[1024] > priced[768] > priced[512] > priced[384] > priced[256]  # the premise of the search
+    budget = (priced[768] + priced[512]) // 2
+    r = est.largest_tile("flux1", "decode", 2048, 2048, budget, **GPU)
+    assert r["tile"] == 512 and r["tile_bytes"] == priced[512] and r["priced"] == priced
+    assert r["untiled_fits"] is False and r["untiled_bytes"] == est.working_memory_bytes("flux1", "decode", 2048,
+                                                                                         2048, **GPU)
+    assert est.largest_tile("flux1", "decode", 2048, 2048, priced[256] - 1, **GPU)["tile"] is None
+    big = est.largest_tile("flux1", "decode", 2048, 2048, 10**12, **GPU)
+    assert big["untiled_fits"] and big["tile"] == 1024
+    small = est.largest_tile("flux1", "decode", 600, 512, 10**12, candidates=[512, 520, 256], **GPU)
+    assert list(small["priced"]) == [520, 512, 256]  # smaller than the image's long side, multiples of 8
+    with pytest.raises(ValueError, match="budget_bytes must be a positive integer"):
+        est.largest_tile("flux1", "decode", 1024, 1024, 0, **GPU)
+
+
+def test_estimate_budget_on_the_cli():
+    res = runner.invoke(app, ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "bf16",
+                              "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--budget", "3000"])
+    assert res.exit_code == 0, res.output
+    r = est.largest_tile("flux1", "decode", 2048, 2048, 3000 * MIB, **GPU)
+    assert f"largest tile that fits: {r['tile']} px" in res.output and "spatial tiling only" in res.output
+
+
+# ---- layered files, the cast term --------------------------------------------------------------------------------
+
+def test_a_rig_owners_fit_layered_over_the_packaged_one_wins_for_its_groups(tmp_path):
+    shipped = json.loads(PACKAGED.read_text())
+    mine = json.loads(PACKAGED.read_text())
+    for c in mine["calibrations"]:
+        c["architectures"] = {a: {**ln, "dry_factor": ln["dry_factor"] * 2} for a, ln in c["architectures"].items()}
+    mine["calibrations"] = [c for c in mine["calibrations"] if c["op"] == "decode"]
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    layered = [tmp_path / "mine.json", None]
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    dec = [est.working_memory_bytes("sd15", "decode", 512, 512, coefficients=c, **kw) for c in
+           (layered, PACKAGED, tmp_path / "mine.json")]
+    assert dec[0] == dec[2] > dec[1]  # mine wins where it has the calibration
+    enc = [est.working_memory_bytes("sd15", "encode", 512, 512, coefficients=c, **kw) for c in (layered, PACKAGED)]
+    assert enc[0] == enc[1]  # the packaged file fills in what mine lacks
+    with pytest.raises(ValueError, match="lacks groups"):
+        est.working_memory_bytes("sd15", "decode", 512, 512, coefficients=[{"schema_version": 2, "models": {}},
+                                                                           shipped], **kw)
+
+
+def test_the_cast_term_counts_the_whole_model_or_the_half_the_op_runs():
+    kw = dict(dtype="fp32", loaded_dtype="bf16", frames=17, **{k: v for k, v in GPU.items() if k != "dtype"})
+    whole = est.explain("minimax-h3", "encode", 512, 512, **kw)
+    half = est.explain("minimax-h3", "encode", 512, 512, cast="op", **kw)
+    assert whole.cast_bytes == 2_603_868_984 * 2 and "(the whole model)" in whole.reason
+    assert half.cast_bytes == 180_337_888 * 2 and "(its encoder)" in half.reason
+    assert whole.bytes - half.bytes == whole.cast_bytes - half.cast_bytes
+
+
+# ---- the CLI an integrator meets ---------------------------------------------------------------------------------
+
+def test_every_option_of_every_command_has_help_text():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    missing = [f"{name} {p.name}" for name, cmd in group.commands.items() for p in cmd.params
+               if getattr(p, "help", "x") in (None, "") and p.param_type_name == "option"]
+    assert missing == []
+
+
+def test_fit_will_not_replace_the_packaged_file_from_a_subset_without_replace(tmp_path):
+    shutil = __import__("shutil")
+    shutil.copy(ROOT / "measurements" / "epyc-avx2-2core.jsonl", tmp_path / "m.jsonl")
+    before = PACKAGED.read_bytes()
+    res = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl")])
+    assert res.exit_code == 2 and "add --replace" in res.output and PACKAGED.read_bytes() == before
+
+
+def test_written_files_respect_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        res = runner.invoke(app, ["export", "--python", str(tmp_path / "x.py")])
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0 and stat.S_IMODE((tmp_path / "x.py").stat().st_mode) == 0o640
+
+
+def test_estimate_without_a_backend_detects_the_platform_and_says_so():
+    res = subprocess.run([sys.executable, "-m", "vaemem.cli", "estimate", "-m", "sd15", "--op", "decode", "--res",
+                          "512", "--dtype", "fp32"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "assumed backend onednn (detected: cpu)" in res.stderr and "MiB for sd15 decode" in res.stdout
+
+
+def test_version():
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"vaemem {__import__('vaemem').__version__}"
