@@ -78,7 +78,7 @@ GOOD_GRID = 'models = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\nres = ["
 @pytest.mark.portable
 @pytest.mark.parametrize("text,message", [
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'colour = ["red"]\n', "grid 1 has unknown keys ['colour']"),
-    ('schema_version = 2\n', "schema_version 2 is newer than this vaemem understands"),
+    ('schema_version = 3\n', "schema_version 3 is newer than this vaemem understands"),
     ('runs = 2\n', "no integer schema_version"),
     ('schema_version = 1\nruns = "two"\n[[grid]]\n' + GOOD_GRID, "runs must be a positive integer, not 'two'"),
     ('schema_version = 1\nruns = 0\n[[grid]]\n' + GOOD_GRID, "runs must be a positive integer, not 0"),

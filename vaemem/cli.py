@@ -109,12 +109,16 @@ def measure(
     from vaemem.measuring.child.rig import default_rig_name
     from vaemem.measuring.parent.sweepfile import load_sweep
 
+    budget: tuple | None = None
     try:
         if sweep is not None:
             if model or op or dtype or res:
                 raise VaememError("give either --sweep or grid options (--model/--op/--dtype/--res), not both")
             sw = load_sweep(sweep, device)
             points, runs = sw.points, sw.runs if runs == 2 else runs
+            if sw.budget_s is not None:  # a plan carries its device and its budget
+                device = points[0].device
+                budget = (sw.budget_s, sw.predicted_s)
         else:
             points = pt.build_grid(model, op, dtype, res, batch or None, frames or None,
                                    list(tile) or None, allocator or None, device)
@@ -140,7 +144,7 @@ def measure(
                                                                  retry_failed), as_json)
         else:
             _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
-                       retry_failed, gpu_list, as_json)
+                       retry_failed, gpu_list, as_json, budget)
     except VaememError as e:
         _fail(e)
 
@@ -245,7 +249,7 @@ def _parse_devices(text: str | None) -> list[int] | None:
 
 
 def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, timeout: float, force: bool,
-               retry_failed: bool, devices: list[int] | None, as_json: bool) -> None:
+               retry_failed: bool, devices: list[int] | None, as_json: bool, budget: tuple | None = None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
@@ -283,7 +287,8 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
 
         try:
             run_measure(points, out, rig=rig, runs=runs, launcher=launcher, timeout_s=timeout, force=force,
-                        retry_failed=retry_failed, devices=devices, on_record=on_record, on_plan=on_plan)
+                        retry_failed=retry_failed, devices=devices, on_record=on_record, on_plan=on_plan,
+                        budget_s=budget[0] if budget else None, predicted_s=budget[1] if budget else None)
         finally:
             bar.stop()
     except KeyboardInterrupt as stop:
@@ -300,6 +305,85 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     else:
         console.print(sweep_table(records))
         console.print(f"{len(records)} runs appended to {out}")
+
+
+@app.command()
+def plan(
+    budget_min: float = typer.Option(15.0, "--budget-min", help="minutes of measuring the plan may take"),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps, xpu"),
+    op: list[str] = typer.Option([], "--op", help="decode, encode (repeatable; default both)"),
+    dtype: list[str] = typer.Option([], "--dtype", help="fp16, bf16, fp32 (repeatable; default fp32 on the CPU, "
+                                    "bf16 on a GPU)"),
+    allocator: list[str] = typer.Option([], "--allocator", help="allocator keys to calibrate (repeatable; default "
+                                        "glibc-fixed on the CPU, native on a GPU)"),
+    video: bool = typer.Option(True, "--video/--no-video", help="calibrate the conv3d (video) class too"),
+    tiles: bool = typer.Option(True, "--tiles/--no-tiles", help="calibrate tiled decode too"),
+    batch: bool = typer.Option(True, "--batch/--no-batch", help="calibrate the per-sample (batch) term too"),
+    rig: Optional[str] = typer.Option(None, help="rig whose measured runs set the cost model (default "
+                                      "<hostname>-<device type>); none: the device's declared defaults"),
+    out: Optional[Path] = typer.Option(None, help="plan file to write (a schema-2 sweep file for measure --sweep)"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+) -> None:
+    """Choose the points that fix this platform's calibration within a time budget, from the dry runs: each
+    kernel class's architectures at both ends of their range, a one-frame clip, tiles and batch where asked. Prints
+    the points with their predicted minutes and writes the plan that `vaemem measure --sweep` runs."""
+    from vaemem.measuring import point as pt
+    from vaemem.measuring.child.rig import default_rig_name
+    from vaemem.measuring.parent.runner import read_history
+    from vaemem.measuring.parent.sweepfile import dumps_plan
+    from vaemem.planning.cost import from_history
+    from vaemem.planning.plan import make_plan
+
+    try:
+        kind = device.split(":")[0]
+        if kind not in pt.DEVICE_TYPES:
+            raise VaememError(f"bad device {device!r}; choose one of: {', '.join(pt.DEVICE_TYPES)} (cuda:N too)")
+        ops = op or list(pt.OPS)
+        dtypes = dtype or (["fp32"] if kind == "cpu" else ["bf16"])
+        allocs = allocator or [pt.default_allocator(device) if kind != "cpu" else "glibc-fixed"]
+        for name, values, valid in (("op", ops, pt.OPS), ("dtype", dtypes, pt.DTYPES)):
+            bad = [v for v in values if v not in valid]
+            if bad:
+                raise VaememError(f"unknown --{name} {bad[0]!r}; choose one of: {', '.join(valid)}")
+        rig_name = rig or default_rig_name(device)
+        history = read_history(DEFAULT_MEASUREMENTS / f"{rig_name}.jsonl")
+        cost = from_history(history, rig_name, device)
+        result = make_plan(budget_min, device, cost, ops, dtypes, allocs, video, tiles, batch)
+    except VaememError as e:
+        _fail(e)
+    rows = [(p.priority, p.point, p.predicted_s, p.why) for p in result.points]
+    header = (f"A calibration plan (issue 13), written by `vaemem plan --budget-min {budget_min:g} --device {device}"
+              f"`:\n{len(rows)} points, predicted {result.predicted_s / 60:.1f} min of {budget_min:g} "
+              f"(cost model {cost.source}); {len(result.skipped)} candidates left out by the budget.\n"
+              f"Run it: vaemem measure --sweep PLAN.toml --rig {rig_name} --out measurements/plans/{rig_name}.jsonl")
+    text = dumps_plan(device, budget_min, cost.to_dict(), rows, header)
+    if out is not None:
+        from vaemem.files import write_atomic
+
+        try:
+            write_atomic(out, text)
+        except VaememError as e:
+            _fail(e)
+    if as_json:
+        typer.echo(json.dumps({"budget_min": budget_min, "device": device, "cost_model": cost.to_dict(),
+                               "predicted_min": round(result.predicted_s / 60, 2),
+                               "points": [{"priority": q, "point_key": p.key, "predicted_s": s, "why": w}
+                                          for q, p, s, w in rows],
+                               "left_out": [p.point.key for p in result.skipped]}, indent=1))
+        return
+    from rich.table import Table
+
+    table = Table("priority", "point", "predicted s", "why", title=f"plan: {len(rows)} points, predicted "
+                  f"{result.predicted_s / 60:.1f} of {budget_min:g} min ({cost.source})")
+    for q, p, s, w in rows:
+        table.add_row(str(q), p.key, f"{s:.1f}", w)
+    _console().print(table)
+    if result.skipped:
+        typer.echo(f"left out by the budget: {len(result.skipped)} points (lowest priority first: "
+                   f"{', '.join(p.point.key for p in result.skipped[:3])}, ...)")
+    if out is not None:
+        typer.echo(f"wrote {out}: run it with `vaemem measure --sweep {out} --rig {rig_name} "
+                   f"--out measurements/plans/{rig_name}.jsonl`")
 
 
 # Defaults resolve under the checkout when vaemem runs from one (any working folder), else the current folder.

@@ -13,6 +13,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -92,8 +93,8 @@ def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, st
 
 
 def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: str, timeout_s: float,
-                status: str | None = None, commit: str | None = None, oom_kills: int | None = None
-                ) -> dict[str, Any]:
+                status: str | None = None, commit: str | None = None, oom_kills: int | None = None,
+                evidence: str | None = None) -> dict[str, Any]:
     """The measurement line of one run (schema documented in README "Measurement format"). The status is the
     parent's (:func:`classify`): the child's own ``status`` never overrides it."""
     p = task.point
@@ -103,7 +104,7 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
     if status is None:
         status, evidence = classify(outcome, oom_kills)  # type: ignore[arg-type]
     else:
-        evidence = "parent: " + status
+        evidence = "parent: " + status + (f" ({evidence})" if evidence else "")
     if status != "ok":
         result["demand_bytes"] = None
     record: dict[str, Any] = {
@@ -132,7 +133,7 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
     return record
 
 
-RETRYABLE = ("crash", "timeout", "skipped-after-oom")
+RETRYABLE = ("crash", "timeout", "skipped-after-oom", "dropped-late")
 
 
 def read_history(out: Path) -> list[dict[str, Any]]:
@@ -201,6 +202,9 @@ def measure(
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_plan: Callable[[list[Task], list[dict[str, Any]]], None] | None = None,
     launcher_factory: Callable[[str], Launcher] = make_launcher,
+    budget_s: float | None = None,
+    predicted_s: dict[str, float] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[dict[str, Any]]:
     """Measure every run of ``points`` not yet in ``out`` and return the new records.
 
@@ -208,8 +212,15 @@ def measure(
     ``on_plan`` is given the runs that will happen (after resume) and the history they were planned from, before
     the first; ``on_record`` is called after each record is safely on disk (the CLI's plan line and progress bar
     hook in to both).
+
+    A plan (``budget_s`` with ``predicted_s`` per point key, points in priority order) runs late when, after a run,
+    the time spent plus the rest of the plan's prediction, rescaled by what the finished runs took against their
+    prediction, passes the budget: its lowest-priority points are then dropped, each recorded as ``dropped-late``
+    with the prediction that dropped it (``--retry-failed`` runs them later).
     """
     check_options(points, runs, launcher, timeout_s, devices)
+    if budget_s is not None and (devices or predicted_s is None):
+        raise VaememError("a plan's budget needs its predicted times and runs on one device at a time")
     out = Path(out)
     check_out_path(out)
     tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
@@ -249,9 +260,28 @@ def measure(
 
     if not devices:
         launch = launcher_factory(launcher)
+        started = clock()
+        predicted_done = actual_done = 0.0
+        queue_ = list(tasks)
         try:
-            for task in tasks:
+            while queue_:
+                task = queue_.pop(0)
+                t0 = clock()
                 do(task, launch)
+                if budget_s is None:
+                    continue
+                assert predicted_s is not None
+                predicted_done += predicted_s.get(task.point.key, 0.0)
+                actual_done += clock() - t0
+                scale = actual_done / predicted_done if predicted_done > 0 else 1.0
+                spent = clock() - started
+                while queue_ and spent + scale * sum(predicted_s.get(t.point.key, 0.0) for t in queue_) > budget_s:
+                    late = queue_.pop()  # the lowest priority left
+                    left = scale * sum(predicted_s.get(t.point.key, 0.0) for t in queue_ + [late])
+                    finish(make_record(late, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
+                                       status="dropped-late", commit=commit,
+                                       evidence=f"plan of {budget_s:.0f} s: {spent:.0f} s spent, {left:.0f} s "
+                                                f"predicted left at {scale:.2f}x the cost model"))
         finally:
             launch.close()
         return records

@@ -111,7 +111,7 @@ class BadLine:
         return f"{self.path}:{self.line}: {self.reason}"
 
 
-STATUSES = ("ok", "oom", "crash", "timeout", "error", "skipped-after-oom")
+STATUSES = ("ok", "oom", "crash", "timeout", "error", "skipped-after-oom", "dropped-late")
 _POSITIVE = ("width", "height", "batch", "frames")
 
 

@@ -1,0 +1,132 @@
+"""Plans (issue 13): the cost model, the choice of points, the plan file, and a plan that runs late."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FakeLauncher
+from vaemem.cli import app
+from vaemem.errors import VaememError
+from vaemem.measuring.parent.runner import measure
+from vaemem.measuring.parent.sweepfile import dumps_plan, load_sweep
+from vaemem.measuring.point import Point, validate
+from vaemem.planning.cost import DEFAULTS, CostModel, from_history, work_bytes
+from vaemem.planning.plan import make_plan
+
+runner = CliRunner()
+CPU = DEFAULTS["cpu"]
+
+
+def test_the_cost_model_adds_start_build_and_work():
+    cost = CostModel(1.0, 0.01, {"conv2d": 10.0, "conv3d": 20.0}, "test")
+    p = validate(Point("sd15", "decode", "fp32", 256, 256, allocator="glibc-fixed"))
+    work = work_bytes(p)
+    assert cost.seconds(p, work) == pytest.approx(1.0 + 0.01 * 49.490199 + 10.0 * work / 2**30)
+    tiled = validate(Point("sd15", "decode", "fp32", 1024, 1024, tile=256, allocator="glibc-fixed"))
+    assert work_bytes(tiled) == work_bytes(validate(Point("sd15", "decode", "fp32", 1024, 1024,
+                                                          allocator="glibc-fixed")))  # tiling does not cut work
+
+
+def test_rates_come_from_the_rigs_own_runs():
+    p = validate(Point("sd15", "decode", "fp32", 256, 256, allocator="glibc-fixed"))
+    work = work_bytes(p)
+    rec = {**p.to_dict(), "rig": {"name": "r"}, "status": "ok", "op_wall_s": 2.0 * work / 2**30, "build_s": 0.5,
+           "run_wall_s": 2.0 * work / 2**30 + 0.5 + 0.25}
+    cost = from_history([rec, {**rec, "rig": {"name": "other"}, "op_wall_s": 99.0}], "r", "cpu")
+    assert cost.op_s_per_gib["conv2d"] == pytest.approx(2.0, rel=1e-3) and cost.start_s == pytest.approx(0.25)
+    assert cost.op_s_per_gib["conv3d"] == CPU.op_s_per_gib["conv3d"] and cost.source == "history:r (1 runs)"
+    assert from_history([], "r", "cpu") == CPU
+
+
+def test_a_plan_fixes_every_key_first_and_stays_within_its_budget():
+    plan = make_plan(15, "cpu", CPU, ["decode", "encode"], ["fp32"], ["glibc-fixed"])
+    assert plan.predicted_s <= 15 * 60 and plan.points[0].priority == 1
+    first = [p.point for p in plan.points if p.why.startswith("tier 1")]
+    assert {(p.model, p.op) for p in first} == {("sd15", "decode"), ("sd15", "encode"), ("wan21", "decode"),
+                                                ("wan21", "encode")}
+    assert any(p.point.frames == 1 and p.point.model == "wan21" for p in plan.points)  # the one-frame regime
+    assert any(p.point.tile for p in plan.points) and any(p.point.batch == 2 for p in plan.points)
+    archs = {p.point.model for p in plan.points}
+    assert {"sd15", "flux1", "sana-dc-ae", "hunyuanimage-2.1", "wan21", "hunyuanvideo", "ltx-video"} <= archs
+    again = make_plan(15, "cpu", CPU, ["decode", "encode"], ["fp32"], ["glibc-fixed"])
+    assert again == plan  # the same inputs give the same plan
+    small = make_plan(1, "cpu", CPU, ["decode"], ["fp32"], ["glibc-fixed"], video=False)
+    assert small.predicted_s <= 60 and len(small.points) < len(plan.points)
+    with pytest.raises(VaememError, match="no point fits"):
+        make_plan(0.01, "cpu", CPU, ["decode"], ["fp32"], ["glibc-fixed"])
+
+
+def test_the_plan_file_round_trips_in_priority_order(tmp_path):
+    plan = make_plan(3, "cpu", CPU, ["decode"], ["fp32"], ["glibc-fixed"])
+    rows = [(p.priority, p.point, p.predicted_s, p.why) for p in plan.points]
+    path = tmp_path / "p.toml"
+    path.write_text(dumps_plan("cpu", 3, CPU.to_dict(), list(reversed(rows)), "a header"))
+    sw = load_sweep(path, "cuda")  # a plan carries its own device
+    assert sw.points == [p.point for p in plan.points] and sw.runs == 1 and sw.budget_s == 180.0
+    assert sw.predicted_s == {p.point.key: p.predicted_s for p in plan.points}
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda t: t.replace("budget_min = 3.0", "budget_min = 0"), "budget_min must be a positive number"),
+    (lambda t: t.replace("priority = 2\n", "priority = 1\n"), "priorities must be unique"),
+    (lambda t: t.replace('res = "256"', 'res = 256.5'), "res must be str or int"),
+    (lambda t: t.replace('model = "sd15"', 'model = "sd16"', 1), "point 1: unknown model 'sd16'"),
+    (lambda t: t.replace("predicted_s = ", "predicted = ", 1), "unknown keys ['predicted']"),
+    (lambda t: t.replace("[cost_model]", "[costs]"), "unknown top-level keys ['costs']"),
+])
+def test_a_bad_plan_file_names_the_field(tmp_path, change, message):
+    plan = make_plan(3, "cpu", CPU, ["decode"], ["fp32"], ["glibc-fixed"], video=False)
+    text = dumps_plan("cpu", 3, CPU.to_dict(), [(p.priority, p.point, p.predicted_s, p.why) for p in plan.points])
+    path = tmp_path / "p.toml"
+    path.write_text(change(text))
+    with pytest.raises(VaememError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_sweep(path, "cpu")
+
+
+class Clock:
+    """A fake clock: each run takes ``per_run`` seconds."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_plan_that_runs_late_drops_its_lowest_priority_points_and_records_them(tmp_path):
+    pts = [validate(Point("tiny-kl", "decode", "fp32", s, s, allocator="glibc-fixed")) for s in (64, 96, 128, 160)]
+    clock = Clock()
+
+    class Slow(FakeLauncher):
+        def run(self, task, allocator, timeout_s):
+            clock.t += 20.0  # twice the predicted 10 s
+            return super().run(task, allocator, timeout_s)
+
+    fake = Slow()
+    recs = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake, budget_s=45.0,
+                   predicted_s={p.key: 10.0 for p in pts}, clock=clock)
+    # after run 1: 20 s spent, 3 x 10 x 2.0 = 60 s predicted left > 45: drop 160 (then 40 left: 20 + 40 > 45:
+    # drop 128; 20 + 20 = 40 fits); run 96; 40 s spent, nothing left
+    assert [(r["width"], r["status"]) for r in recs] == [(64, "ok"), (160, "dropped-late"), (128, "dropped-late"),
+                                                         (96, "ok")]
+    assert "2.00x the cost model" in recs[1]["status_evidence"] and [p.width for p in fake.ran] == [64, 96]
+    again = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: FakeLauncher(),
+                    retry_failed=True)
+    assert sorted(r["width"] for r in again) == [128, 160]  # --retry-failed runs what was dropped
+
+
+def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
+    out = tmp_path / "plan.toml"
+    res = runner.invoke(app, ["plan", "--budget-min", "2", "--op", "decode", "--no-video", "--rig", "none-such",
+                              "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["predicted_min"] <= 2 and doc["cost_model"]["source"] == "defaults:cpu"
+    dry = runner.invoke(app, ["measure", "--sweep", str(out), "--rig", "none-such", "--out",
+                              str(tmp_path / "m.jsonl"), "--dry-run"])
+    assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 runs" in dry.output
+    bad = runner.invoke(app, ["plan", "--budget-min", "0"])
+    assert bad.exit_code == 2 and "--budget-min must be positive" in bad.output

@@ -1,0 +1,177 @@
+"""``vaemem plan``: the points that fix a platform's calibration, chosen from the dry runs, within a time budget.
+
+A calibration line (``demand <= a x dry + b``, per architecture and pooled per kernel class) is fixed by points
+whose dry-run peaks span a range; the rest of an architecture's demand comes from its structure. So a plan, per
+platform key asked (op, dtype, allocator, tiled, batch), takes in declared priority tiers:
+
+1. the first architecture of each kernel class asked (conv2d images; conv3d video when video is asked): its
+   smallest and largest size of the device's ladder (for video at a longer clip, plus a one-frame clip: a regime
+   of its own);
+2. the other architectures of each class the same way (their own lines; transfer is checked, not assumed);
+3. tiled points (the first conv2d architecture, two image sizes at one tile) where tiling is asked;
+4. a batch-2 point per class (the per-sample term) where batch is asked;
+5. the middle sizes of the ladder, as checks.
+
+Units (an architecture's line for one key: both ends of its range, and a one-frame clip for video) are added whole
+in that order while the predicted time (:mod:`vaemem.planning.cost`) stays within the budget; a unit that would
+overrun is skipped and cheaper later ones still tried. One run per point: under glibc-fixed and
+the GPU allocators a run repeats to 0.1 %. The same inputs (and rig history) give the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vaemem.errors import VaememError
+from vaemem.measuring.point import Point, validate
+from vaemem.models.zoo import get_spec
+from vaemem.planning.cost import CostModel, dry_bytes, work_bytes
+
+# Declared order of architectures per kernel class: the most used first, then those whose factor differs from
+# the class (DC-AE, HunyuanImage: structure.md), which need their own points.
+ARCHITECTURES = {
+    "conv2d": ("sd15", "flux1", "cogview4", "sana-dc-ae", "hunyuanimage-2.1", "flux2"),
+    "conv3d": ("wan21", "hunyuanvideo", "ltx-video", "wan22", "minimax-h3"),
+}
+# Size ladders per device kind: images (WxH), video frames (WxH), the tile of tiled points.
+LADDERS = {
+    "cpu": {"image": ("256", "384x256", "512"), "video": ("64", "96x64", "128"), "tiled": ("640", "1024"),
+            "tile": 256},
+    "cuda": {"image": ("512", "768", "1024", "1536"), "video": ("256", "480x272", "512"), "tiled": ("1536", "2048"),
+             "tile": 512},
+}
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    point: Point
+    priority: int  # 1 = most informative; a late plan drops the highest numbers first
+    predicted_s: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    points: list[PlannedPoint]
+    skipped: list[PlannedPoint]  # candidates that did not fit the budget
+    budget_s: float
+    device: str
+    cost: CostModel
+
+    @property
+    def predicted_s(self) -> float:
+        return sum(p.predicted_s for p in self.points)
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, _, h = text.partition("x")
+    return int(w), int(h or w)
+
+
+def _long_clip(model: str) -> int:
+    spec = get_spec(model)
+    step = spec.info.frame_step or spec.temporal_factor or 1
+    return 1 + 2 * step
+
+
+def candidates(device: str, ops: list[str], dtypes: list[str], allocators: list[str], video: bool, tiles: bool,
+               batch: bool) -> list[tuple[int, list[Point], str]]:
+    """(tier, points, why) units a plan may take, in priority order; a unit is taken whole or not at all (an
+    architecture's line needs both ends of its range)."""
+    kind = device.split(":")[0]
+    ladder = LADDERS.get(kind, LADDERS["cuda"])
+    classes = ["conv2d"] + (["conv3d"] if video else [])
+    keys = [(op, dtype, alloc) for op in ops for dtype in dtypes for alloc in allocators]
+    units: list[tuple[int, list[Point], str]] = []
+
+    def point(model: str, op: str, dtype: str, alloc: str, res: str, **kw: Any) -> Point | None:
+        if op not in get_spec(model).ops:
+            return None
+        w, h = _size(res)
+        try:
+            return validate(Point(model, op, dtype, w, h, allocator=alloc, device=device, **kw))
+        except VaememError:
+            return None  # e.g. a size off this architecture's spatial factor, a tile not smaller than the image
+
+    def unit(tier: int, why: str, pts: list[Point | None]) -> None:
+        kept = [p for p in pts if p is not None]
+        if kept:
+            units.append((tier, kept, why))
+
+    def line(tier: int, kernel: str, model: str, op: str, dtype: str, alloc: str) -> None:
+        sizes = ladder["image" if kernel == "conv2d" else "video"]
+        if kernel == "conv2d":
+            unit(tier, f"{model}'s conv2d line: smallest and largest size",
+                 [point(model, op, dtype, alloc, sizes[0]), point(model, op, dtype, alloc, sizes[-1])])
+        else:
+            f = _long_clip(model)
+            unit(tier, f"{model}'s conv3d line: smallest and largest clip of {f} frames, and one frame",
+                 [point(model, op, dtype, alloc, sizes[0], frames=f), point(model, op, dtype, alloc, sizes[-1], frames=f),
+                  point(model, op, dtype, alloc, sizes[-1])])
+
+    for op, dtype, alloc in keys:  # 1: every key's every class, by its first architecture
+        for kernel in classes:
+            line(1, kernel, ARCHITECTURES[kernel][0], op, dtype, alloc)
+    depth = max(len(ARCHITECTURES[k]) for k in classes)
+    for i in range(1, depth):  # 2: the other architectures, the classes taking turns
+        for kernel in classes:
+            if i < len(ARCHITECTURES[kernel]):
+                for op, dtype, alloc in keys:
+                    line(2, kernel, ARCHITECTURES[kernel][i], op, dtype, alloc)
+    if tiles:  # 3: a tiled line (decode: diffusers' tiled encode has no structure here)
+        model = ARCHITECTURES["conv2d"][0]
+        for op, dtype, alloc in keys:
+            unit(3, f"{model}'s tiled line at {ladder['tile']} px tiles",
+                 [point(model, op, dtype, alloc, res, tile=ladder["tile"]) for res in ladder["tiled"]])
+    if batch:  # 4: the per-sample term
+        for kernel in classes:
+            model = ARCHITECTURES[kernel][0]
+            sizes = ladder["image" if kernel == "conv2d" else "video"]
+            extra = {} if kernel == "conv2d" else {"frames": _long_clip(model)}
+            for op, dtype, alloc in keys:
+                unit(4, f"the {kernel} class's per-sample term", [point(model, op, dtype, alloc, sizes[0], batch=2,
+                                                                         **extra)])
+    for kernel in classes:  # 5: checks at the middle sizes
+        sizes = ladder["image" if kernel == "conv2d" else "video"]
+        for model in ARCHITECTURES[kernel]:
+            extra = {} if kernel == "conv2d" else {"frames": _long_clip(model)}
+            for op, dtype, alloc in keys:
+                for res in sizes[1:-1]:
+                    unit(5, f"a check of {model}'s line at a middle size", [point(model, op, dtype, alloc, res,
+                                                                                   **extra)])
+    return units
+
+
+def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], dtypes: list[str],
+              allocators: list[str], video: bool = True, tiles: bool = True, batch: bool = True,
+              coef: dict[str, Any] | None = None) -> Plan:
+    """The plan: candidates in priority order, each taken while the predicted total stays within the budget."""
+    if not budget_min > 0:
+        raise VaememError(f"--budget-min must be positive, got {budget_min:g}")
+    budget_s = budget_min * 60.0
+    taken: list[PlannedPoint] = []
+    skipped: list[PlannedPoint] = []
+    seen: set[str] = set()
+    total = 0.0
+    priority = 0
+    for tier, pts, why in candidates(device, ops, dtypes, allocators, video, tiles, batch):
+        pts = [p for p in pts if p.key not in seen]  # a point asked twice is planned once, at its best tier
+        try:
+            for p in pts:
+                dry_bytes(p, coef)  # a structure must cover the point itself, or nothing calibrates against it
+            costs = [round(cost.seconds(p, work_bytes(p, coef)), 2) for p in pts]
+        except VaememError:  # no structure covers it: nothing to calibrate it against
+            continue
+        fits = total + sum(costs) <= budget_s
+        for p, c in zip(pts, costs):
+            priority += 1
+            (taken if fits else skipped).append(PlannedPoint(p, priority, c, f"tier {tier}: {why}"))
+            if fits:
+                seen.add(p.key)
+        if fits:
+            total += sum(costs)
+    if not taken:
+        raise VaememError(f"no point fits {budget_min:g} min on {device} (the cheapest is predicted "
+                          f"{min(p.predicted_s for p in skipped) / 60:.1f} min)")
+    return Plan(taken, skipped, budget_s, device, cost)
