@@ -8,6 +8,7 @@
 #   4. vaemem fit on the sweep, and the report
 #   5. the dry-run peak of every point against its allocated (GPU) or resident (CPU) peak, and the calibration
 #   6. bench-conv3d --conv3d both at one small size
+#   7. a calibration plan (vaemem plan) of a fixed budget, run, and fitted alone
 set -euo pipefail
 device=cuda:0
 out=gpu-check
@@ -28,10 +29,12 @@ if [ "${device%%:*}" = cpu ]; then
   models=(-m tiny-kl -m tiny-wan); allocs=(--allocator glibc-fixed)
   res=(--res 64 --res 96x64 --res 128); bench_model=tiny-minimax-h3; bench_res=64; frames=(--frames 5)
   dtype=fp32  # this CPU has no fast fp16 convolution
+  plan=(--budget-min 1 --no-video --no-tiles --no-batch --op decode --allocator glibc-fixed)  # keeps CI short
 else
   models=(-m sd15 -m flux1); allocs=(--allocator native --allocator cudaMallocAsync)
   res=(--res 512 --res 768x512 --res 1024); bench_model=minimax-h3; bench_res=256x256; frames=()
   dtype=fp16
+  plan=(--budget-min 2 --allocator native)  # with the steps above, the whole check stays under 8 minutes
 fi
 rig=gpu-check-${device%%:*}
 log() { echo "== $*" | tee -a "$out/log.txt"; }
@@ -104,4 +107,11 @@ PY
 log "bench-conv3d both"
 "$vaemem" bench-conv3d -m "$bench_model" --conv3d both --frames 9 --res "$bench_res" --runs 3 --device "$device" \
   --rig "$rig" --out "$out/conv3d.jsonl" | tee -a "$out/log.txt"
+log "calibration plan"
+"$vaemem" plan "${plan[@]}" --device "$device" --dtype "$dtype" --rig "$rig-plan" --out "$out/plan.toml" \
+  | tee -a "$out/log.txt"
+"$vaemem" measure --sweep "$out/plan.toml" --rig "$rig-plan" --out "$out/plan/$rig-plan.jsonl" --timeout 300 \
+  | tee -a "$out/log.txt"
+"$vaemem" fit --measurements "$out/plan" --out "$out/plan-coefficients.json" --exceptions "$out/none.json" \
+  | tee -a "$out/log.txt" || echo "plan fit refused (see above)" | tee -a "$out/log.txt"
 log "done: $out"

@@ -22,3 +22,6 @@ def test_gpu_check_script_on_cpu(tmp_path):
     records = [json.loads(l) for l in (out / "conv3d.jsonl").read_text().splitlines()]
     assert [r["status"] for r in records] == ["ok", "ok"] and "versus_native" in records[1]
     assert "fork: demand MiB" in r.stdout and "spawn: demand MiB" in r.stdout
+    plan = [json.loads(l) for l in (out / "plan" / "gpu-check-cpu-plan.jsonl").read_text().splitlines()]
+    assert plan and all(p["status"] in ("ok", "dropped-late") for p in plan) and "== calibration plan" in r.stdout
+    assert (out / "plan-coefficients.json").exists()

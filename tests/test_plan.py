@@ -97,25 +97,30 @@ class Clock:
 
 
 def test_a_plan_that_runs_late_drops_its_lowest_priority_points_and_records_them(tmp_path):
-    pts = [validate(Point("tiny-kl", "decode", "fp32", s, s, allocator="glibc-fixed")) for s in (64, 96, 128, 160)]
+    from vaemem.measuring.plumbing.launcher import RunOutcome
+
+    pts = [validate(Point("tiny-kl", "decode", "fp32", s, s, allocator="glibc-fixed"))
+           for s in (64, 96, 128, 160, 192, 224)]
     clock = Clock()
 
     class Slow(FakeLauncher):
         def run(self, task, allocator, timeout_s):
-            clock.t += 20.0  # twice the predicted 10 s
-            return super().run(task, allocator, timeout_s)
+            clock.t += 20.0  # every run takes twice the predicted 10 s
+            out = super().run(task, allocator, timeout_s)
+            return RunOutcome(out.result, out.returncode, False, "", 20.0, out.pid)
 
     fake = Slow()
-    recs = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake, budget_s=45.0,
+    recs = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake, budget_s=95.0,
                    predicted_s={p.key: 10.0 for p in pts}, clock=clock)
-    # after run 1: 20 s spent, 3 x 10 x 2.0 = 60 s predicted left > 45: drop 160 (then 40 left: 20 + 40 > 45:
-    # drop 128; 20 + 20 = 40 fits); run 96; 40 s spent, nothing left
-    assert [(r["width"], r["status"]) for r in recs] == [(64, "ok"), (160, "dropped-late"), (128, "dropped-late"),
-                                                         (96, "ok")]
-    assert "2.00x the cost model" in recs[1]["status_evidence"] and [p.width for p in fake.ran] == [64, 96]
+    # runs 1-3 are trusted to the cost model (60 s spent); then the pace is 2.0x: run 4 (80 s) fits, run 5 would
+    # end at 100 s > 95 (at the cost model's 10 s it would have fitted), run 6 neither
+    assert [(r["width"], r["status"]) for r in recs] == [(64, "ok"), (96, "ok"), (128, "ok"), (160, "ok"),
+                                                         (192, "dropped-late"), (224, "dropped-late")]
+    assert "80 s spent, this run predicted 20 s at 2.00x the cost model" in recs[4]["status_evidence"]
+    assert [p.width for p in fake.ran] == [64, 96, 128, 160]
     again = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: FakeLauncher(),
                     retry_failed=True)
-    assert sorted(r["width"] for r in again) == [128, 160]  # --retry-failed runs what was dropped
+    assert sorted(r["width"] for r in again) == [192, 224]  # --retry-failed runs what was dropped
 
 
 def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):

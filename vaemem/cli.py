@@ -141,7 +141,7 @@ def measure(
             from vaemem.measuring.parent.runner import sweep_plan
 
             _print_plan(len(points), runs, out_path, *sweep_plan(points, out_path, rig_name, runs, force,
-                                                                 retry_failed), as_json)
+                                                                 retry_failed), as_json, budget)
         else:
             _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
                        retry_failed, gpu_list, as_json, budget)
@@ -149,12 +149,19 @@ def measure(
         _fail(e)
 
 
-def _print_plan(n_points: int, runs: int, out: Path, tasks: list, history: list, as_json: bool) -> None:
-    """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON)."""
+def _print_plan(n_points: int, runs: int, out: Path, tasks: list, history: list, as_json: bool,
+                budget: tuple | None = None) -> None:
+    """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON). A plan
+    file's own prediction (its cost model) is said beside its budget."""
     from vaemem.measuring.parent.eta import predict
 
-    eta = predict([t.point for t in tasks], history)
-    typer.echo(f"plan: {n_points} points x {runs} runs, {len(tasks)} due in {out}: {eta.describe()}", err=as_json)
+    if budget is not None:
+        due = sum(budget[1].get(t.point.key, 0.0) for t in tasks)
+        line = (f"{len(tasks)} runs, predicted {due / 60:.1f} min by the plan's cost model, budget "
+                f"{budget[0] / 60:.1f} min (late: the lowest-priority points are dropped)")
+    else:
+        line = predict([t.point for t in tasks], history).describe()
+    typer.echo(f"plan: {n_points} points x {runs} runs, {len(tasks)} due in {out}: {line}", err=as_json)
 
 
 @app.command()
@@ -276,7 +283,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
 
         def on_plan(tasks: list, history: list) -> None:  # the bar appears once the folder is read and a run is due
             planned.append(len(tasks))
-            _print_plan(len(points), runs, out, tasks, history, as_json)
+            _print_plan(len(points), runs, out, tasks, history, as_json, budget)
             if tasks:
                 bar.update(task, total=len(tasks))
                 bar.start()
@@ -603,17 +610,35 @@ def report(
     measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements", help="files or directories"),
     coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to judge"),
     fmt: str = typer.Option("table", "--format", help="table, markdown or json"),
+    plan_fit: Optional[Path] = typer.Option(None, "--plan-fit", help="also price every glibc-fixed point with "
+                                            "this coefficient file, fitted from a plan's runs (vaemem plan)"),
+    plan_measurements: Optional[Path] = typer.Option(None, "--plan-measurements", help="the plan's runs: its "
+                                                     "points count as in-sample for --plan-fit"),
 ) -> None:
     """Reservation / measured demand for the fitted coefficients (in-sample and held out), the legacy rule and
-    the other app's rule: per group and overall."""
+    the other app's rule: per group and overall. With --plan-fit, a plan's calibration beside the full fit's."""
     from vaemem.report import accuracy, structural
 
+    plan_text = ""
     try:
         if fmt not in ("table", "markdown", "json"):
             raise VaememError(f"unknown --format {fmt!r}; choose one of: table, markdown, json")
+        if (plan_fit is None) != (plan_measurements is None):
+            raise VaememError("--plan-fit and --plan-measurements go together")
         data, coef = _load_fit(measurements, coefficients)
         summary = accuracy.summarize(accuracy.point_ratios(data, coef))
         structure = structural.summary(data, coef)
+        if plan_fit is not None:
+            from vaemem.fit.coefficients import load_dataset, load_exceptions, read_coefficients
+            from vaemem.report import plan as plan_report
+
+            plan_data = load_dataset([plan_measurements])
+            keys = {p.point_key for _, pts in plan_data.groups.values() for p in pts}
+            compared = plan_report.compare(data, read_coefficients(plan_fit), coef, keys,
+                                           load_exceptions(DEFAULT_EXCEPTIONS))
+            structure["plan"] = compared
+            plan_text = "\n" + plan_report.markdown(compared, f"A plan's fit ({plan_fit}, {plan_data.runs} runs) "
+                                                            f"against the full fit ({data.runs} runs)")
     except VaememError as e:
         _fail(e)
     if fmt == "json":
@@ -621,10 +646,10 @@ def report(
     elif fmt == "markdown":
         head = ("## Pixel lines per group\n\nThe schema-1 rule (slope x pixels x frames + base), held out, for "
                 "comparison; \"fitted\" is the file's own price where a group is still priced by its pixel line.\n\n")
-        typer.echo(head + accuracy.markdown(summary) + "\n" + structural.markdown(structure), nl=False)
+        typer.echo(head + accuracy.markdown(summary) + "\n" + structural.markdown(structure) + plan_text, nl=False)
     else:
         _console().print(accuracy.rich_table(summary))
-        typer.echo(structural.markdown(structure))
+        typer.echo(structural.markdown(structure) + plan_text)
 
 
 @app.command()

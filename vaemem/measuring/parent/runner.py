@@ -134,6 +134,7 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
 
 
 RETRYABLE = ("crash", "timeout", "skipped-after-oom", "dropped-late")
+MIN_RUNS_TO_RESCALE = 3  # a plan trusts its finished runs' pace over the cost model from this many on
 
 
 def read_history(out: Path) -> list[dict[str, Any]]:
@@ -213,10 +214,11 @@ def measure(
     the first; ``on_record`` is called after each record is safely on disk (the CLI's plan line and progress bar
     hook in to both).
 
-    A plan (``budget_s`` with ``predicted_s`` per point key, points in priority order) runs late when, after a run,
-    the time spent plus the rest of the plan's prediction, rescaled by what the finished runs took against their
-    prediction, passes the budget: its lowest-priority points are then dropped, each recorded as ``dropped-late``
-    with the prediction that dropped it (``--retry-failed`` runs them later).
+    A plan (``budget_s`` with ``predicted_s`` per point key, points in priority order) runs in that order, and a
+    point whose predicted time (rescaled by what the finished runs took against the cost model, once
+    :data:`MIN_RUNS_TO_RESCALE` have) would take the sweep past the budget is not started: it is recorded as
+    ``dropped-late`` with the prediction that dropped it (``--retry-failed`` runs it later). So a plan that runs
+    late loses its lowest-priority points, and only what cannot fit.
     """
     check_options(points, runs, launcher, timeout_s, devices)
     if budget_s is not None and (devices or predicted_s is None):
@@ -262,26 +264,28 @@ def measure(
         launch = launcher_factory(launcher)
         started = clock()
         predicted_done = actual_done = 0.0
-        queue_ = list(tasks)
+        finished = 0
         try:
-            while queue_:
-                task = queue_.pop(0)
-                t0 = clock()
+            for task in tasks:
+                if budget_s is not None:  # run in priority order; a point predicted to overrun is dropped
+                    assert predicted_s is not None
+                    # rescaled by the finished runs' own wall time (not the launcher's one-off start) once a few
+                    # have run: one run's ratio to the cost model is noise (0.3-3.7x on this CPU)
+                    scale = actual_done / predicted_done if finished >= MIN_RUNS_TO_RESCALE and predicted_done else 1.0
+                    spent = clock() - started
+                    need = scale * predicted_s.get(task.point.key, 0.0)
+                    if spent + need > budget_s:
+                        finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
+                                           status="dropped-late", commit=commit,
+                                           evidence=f"plan of {budget_s:.0f} s: {spent:.0f} s spent, this run "
+                                                    f"predicted {need:.0f} s at {scale:.2f}x the cost model"))
+                        continue
+                n_before = len(records)
                 do(task, launch)
-                if budget_s is None:
-                    continue
-                assert predicted_s is not None
-                predicted_done += predicted_s.get(task.point.key, 0.0)
-                actual_done += clock() - t0
-                scale = actual_done / predicted_done if predicted_done > 0 else 1.0
-                spent = clock() - started
-                while queue_ and spent + scale * sum(predicted_s.get(t.point.key, 0.0) for t in queue_) > budget_s:
-                    late = queue_.pop()  # the lowest priority left
-                    left = scale * sum(predicted_s.get(t.point.key, 0.0) for t in queue_ + [late])
-                    finish(make_record(late, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
-                                       status="dropped-late", commit=commit,
-                                       evidence=f"plan of {budget_s:.0f} s: {spent:.0f} s spent, {left:.0f} s "
-                                                f"predicted left at {scale:.2f}x the cost model"))
+                if budget_s is not None and len(records) > n_before and records[-1].get("run_wall_s"):
+                    finished += 1
+                    predicted_done += predicted_s.get(task.point.key, 0.0)  # type: ignore[union-attr]
+                    actual_done += records[-1]["run_wall_s"]
         finally:
             launch.close()
         return records
