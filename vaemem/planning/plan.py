@@ -5,10 +5,11 @@ whose dry-run peaks span a range; the rest of an architecture's demand comes fro
 platform key asked (op, dtype, allocator, tiled, batch), takes in declared priority tiers:
 
 1. the first architecture of each kernel class asked (conv2d images; conv3d video when video is asked): its
-   smallest and largest size of the device's ladder (for video at a longer clip, plus a one-frame clip: a regime
-   of its own);
+   smallest and largest size of the device's ladder (for video at a longer clip, and at one frame: a regime of its
+   own, with a factor and bytes of its own, so two points);
 2. the other architectures of each class the same way (their own lines; transfer is checked, not assumed);
-3. tiled points (the first conv2d architecture, two image sizes at one tile) where tiling is asked;
+3. tiled points (the first conv2d architecture: two tile sizes at the larger image, one at the smaller) where
+   tiling is asked;
 4. a batch-2 point per class (the per-sample term) where batch is asked;
 5. the middle sizes of the ladder, as checks.
 
@@ -34,12 +35,12 @@ ARCHITECTURES = {
     "conv2d": ("sd15", "flux1", "cogview4", "sana-dc-ae", "hunyuanimage-2.1", "flux2"),
     "conv3d": ("wan21", "hunyuanvideo", "ltx-video", "wan22", "minimax-h3"),
 }
-# Size ladders per device kind: images (WxH), video frames (WxH), the tile of tiled points.
+# Size ladders per device kind: images (WxH), video frames (WxH), image sizes and tile sizes of tiled points.
 LADDERS = {
-    "cpu": {"image": ("256", "384x256", "512"), "video": ("64", "96x64", "128"), "tiled": ("640", "1024"),
-            "tile": 256},
+    "cpu": {"image": ("256", "384x256", "512"), "video": ("64", "96x64", "128"), "tiled": ("512", "768"),
+            "tiles": (256, 384)},
     "cuda": {"image": ("512", "768", "1024", "1536"), "video": ("256", "480x272", "512"), "tiled": ("1536", "2048"),
-             "tile": 512},
+             "tiles": (512, 1024)},
 }
 
 
@@ -105,10 +106,10 @@ def candidates(device: str, ops: list[str], dtypes: list[str], allocators: list[
             unit(tier, f"{model}'s conv2d line: smallest and largest size",
                  [point(model, op, dtype, alloc, sizes[0]), point(model, op, dtype, alloc, sizes[-1])])
         else:
-            f = _long_clip(model)
-            unit(tier, f"{model}'s conv3d line: smallest and largest clip of {f} frames, and one frame",
+            f = _long_clip(model)  # a one-frame clip is a regime of its own (its own factor and bytes): two points
+            unit(tier, f"{model}'s conv3d line: smallest and largest clip of {f} frames and of one frame",
                  [point(model, op, dtype, alloc, sizes[0], frames=f), point(model, op, dtype, alloc, sizes[-1], frames=f),
-                  point(model, op, dtype, alloc, sizes[-1])])
+                  point(model, op, dtype, alloc, sizes[0]), point(model, op, dtype, alloc, sizes[-1])])
 
     for op, dtype, alloc in keys:  # 1: every key's every class, by its first architecture
         for kernel in classes:
@@ -121,9 +122,11 @@ def candidates(device: str, ops: list[str], dtypes: list[str], allocators: list[
                     line(2, kernel, ARCHITECTURES[kernel][i], op, dtype, alloc)
     if tiles:  # 3: a tiled line (decode: diffusers' tiled encode has no structure here)
         model = ARCHITECTURES["conv2d"][0]
-        for op, dtype, alloc in keys:
-            unit(3, f"{model}'s tiled line at {ladder['tile']} px tiles",
-                 [point(model, op, dtype, alloc, res, tile=ladder["tile"]) for res in ladder["tiled"]])
+        small, large = ladder["tiled"]
+        for op, dtype, alloc in keys:  # tile size and image size both vary: a tiled line spans both
+            unit(3, f"{model}'s tiled line: two tile sizes at {large}, one at {small}",
+                 [point(model, op, dtype, alloc, large, tile=t) for t in ladder["tiles"]]
+                 + [point(model, op, dtype, alloc, small, tile=ladder["tiles"][0])])
     if batch:  # 4: the per-sample term
         for kernel in classes:
             model = ARCHITECTURES[kernel][0]

@@ -40,12 +40,10 @@ def compare(data: Dataset, plan_coef: dict[str, Any], full_coef: dict[str, Any],
             sources.add(e.source)
             if p.point_key not in plan_keys:
                 held.append(r)
-        if not ratios:
-            continue
-        rows.append({"group": gid, "points": len(pts), "plan_all": _stats(ratios),
+        rows.append({"group": gid, "points": len(pts), "plan_all": _stats(ratios) if ratios else None,
                      "plan_held_out": _stats(held) if held else None, "sources": sorted(sources),
                      "full_held_out": full_held.get(gid), "exception": gid in exceptions,
-                     "platform_in_plan": "fallback" not in sources})
+                     "platform_in_plan": bool(ratios) and "fallback" not in sources})
     return {"rows": rows, "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX}}
 
 
@@ -70,7 +68,8 @@ def markdown(result: dict[str, Any], title: str) -> str:
            "|---|---|---|---|---|---|"]
     sections = [("", lambda r: r["platform_in_plan"] and not r["exception"]),
                 ("Groups the full fit lists as exceptions", lambda r: r["platform_in_plan"] and r["exception"]),
-                ("Platforms the plan did not measure (the fallback prices them)", lambda r: not r["platform_in_plan"])]
+                ("Platforms the plan did not measure (the fallback prices them, or the estimator refuses a dtype "
+                 "measured on another)", lambda r: not r["platform_in_plan"])]
     for head, pick in sections:
         rows = [r for r in result["rows"] if pick(r)]
         if not rows:
@@ -80,7 +79,7 @@ def markdown(result: dict[str, Any], title: str) -> str:
         out += [f"| {r['group']} | {r['points']} | {_f(r['plan_all'])} | {_f(r['plan_held_out'])} | "
                 f"{_f(r['full_held_out'])} | {', '.join(r['sources'])} |" for r in rows]
         out += [f"| pooled over these groups | {sum(r['points'] for r in rows)} | "
-                f"{_pool([r['plan_all'] for r in rows])} | "
+                f"{_pool([r['plan_all'] for r in rows if r['plan_all']])} | "
                 f"{_pool([r['plan_held_out'] for r in rows if r['plan_held_out']])} | "
                 f"{_pool([r['full_held_out'] for r in rows if r['full_held_out']])} | |"]
     return "\n".join(out) + "\n"
