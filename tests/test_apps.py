@@ -252,3 +252,96 @@ def test_estimate_without_a_backend_detects_the_platform_and_says_so():
 def test_version():
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"vaemem {__import__('vaemem').__version__}"
+
+
+# ---- what a hostile caller tries (the review of issue 12) ----------------------------------------------------------
+
+def test_a_layered_list_of_dicts_is_never_served_from_another_documents_cache():
+    import copy
+    import gc
+
+    shipped = json.loads(PACKAGED.read_text())
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    base = est.working_memory_bytes("sdxl", "decode", 1024, 1024, coefficients=PACKAGED, **kw)
+    for extra_gib in range(1, 6):  # each loop's dict dies before the next is made: ids get reused
+        d = copy.deepcopy(shipped)
+        for c in d["calibrations"]:
+            for line in [*c["architectures"].values(), c["class"]]:
+                line["base_bytes"] += extra_gib * 2**30
+        got = est.working_memory_bytes("sdxl", "decode", 1024, 1024, coefficients=[d, None], **kw)
+        assert got == base + extra_gib * 2**30, extra_gib
+        del d
+        gc.collect()
+
+
+def test_layering_keeps_the_shipped_lines_of_architectures_the_rig_did_not_measure(tmp_path):
+    shipped = json.loads(PACKAGED.read_text())
+    cid = "conv2d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+    mine = {**shipped, "calibrations": [{**c, "architectures": {"flux1": {**c["architectures"]["flux1"],
+                                                                          "dry_factor": 2.0}}}
+                                        for c in shipped["calibrations"] if c["calibration"] == cid]}
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    layered = [tmp_path / "mine.json", None]
+    cog = [est.explain("cogview4", "decode", 1024, 1024, coefficients=c, **kw) for c in (layered, PACKAGED)]
+    assert cog[0].source == cog[1].source == "measured" and cog[0].bytes == cog[1].bytes
+    flux = est.explain("flux1", "decode", 1024, 1024, coefficients=layered, **kw)
+    assert flux.source == "measured" and "2.000 x dry-run peak" in flux.reason
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(dtype=["fp32"]), "dtype must be a string"),
+    (dict(backend={}), "backend must be a string"),
+    (dict(model=["sdxl"]), "model must be a string"),
+    (dict(coefficients={"a"}), "coefficients must be a path, a dict or a list of them"),
+    (dict(coefficients={"_plans": {}, "_valid": True}), "schema_version"),
+])
+def test_unhashable_or_wrong_arguments_are_value_errors(kwargs, message):
+    args = dict(model="sdxl", dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        est.working_memory_bytes(args.pop("model"), "decode", 512, 512, **args)
+    with pytest.raises(ValueError, match=message):
+        est.explain(kwargs.get("model", "sdxl"), "decode", 512, 512,
+                    **{k: v for k, v in args.items()})
+
+
+def test_more_wrong_arguments_are_value_errors():
+    with pytest.raises(ValueError, match="candidates must be a list"):
+        est.largest_tile("flux1", "decode", 1024, 1024, 2**30, candidates=512, **GPU)
+    with pytest.raises(ValueError, match="device must be a string"):
+        est.detect_platform(fake_torch(), "fp32", device=0)
+
+    class NoCuda:  # a CPU build asked for cuda: torch's allocator query raises; the environment decides
+        def get_allocator_backend(self):
+            raise AttributeError("module 'torch._C' has no attribute '_cuda_getAllocatorBackend'")
+
+    t = fake_torch(device="cuda")
+    t.cuda.memory = NoCuda()
+    assert est.detect_platform(t, "fp16", env={})["allocator"] == "native"
+
+
+@pytest.mark.parametrize("budget,message", [("inf", "--budget must be a positive number of MiB"),
+                                            ("nan", "--budget must be a positive number of MiB"),
+                                            ("1e-9", "--budget must be at least one byte")])
+def test_estimate_budget_edge_cases_are_one_line(budget, message):
+    res = runner.invoke(app, ["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp32",
+                              "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux",
+                              "--budget", budget])
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and message in lines[0], res.output
+
+
+def test_the_atomic_writer_refuses_devices_and_writes_through_links(tmp_path):
+    from vaemem.errors import VaememError
+    from vaemem.files import write_atomic
+
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(VaememError, match="not a regular file"):
+        write_atomic(tmp_path / "fifo", "x")
+    with pytest.raises(VaememError, match="not a regular file"):
+        write_atomic("/dev/null", "x")
+    (tmp_path / "target.py").write_text("old")
+    (tmp_path / "link.py").symlink_to("target.py")
+    write_atomic(tmp_path / "link.py", "new")
+    assert (tmp_path / "link.py").is_symlink() and (tmp_path / "target.py").read_text() == "new"

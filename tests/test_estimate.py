@@ -306,7 +306,7 @@ COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "vaemem" / "coe
 MUTATIONS = [  # (where in the committed file, new value or DELETE, what the error must name)
     (("groups", 0, "base_bytes"), "DELETE", "groups[0].base_bytes is missing"),
     (("groups", 0, "slope_bytes_per_pixel"), -3.0, "groups[0].slope_bytes_per_pixel must be a non-negative number"),
-    (("groups", 0, "slope_bytes_per_pixel"), "12", "must be a non-negative number, got '12'"),
+    (("groups", 0, "slope_bytes_per_pixel"), "12", "must be a non-negative number at most 1e+15, got '12'"),
     (("groups", 0, "base_bytes"), -(1 << 40), "groups[0] prices its smallest measured size"),
     (("groups", 0, "tiled"), "no", "groups[0].tiled must be true or false"),
     (("calibrations", 0, "class", "dry_factor"), -1.0, "calibrations[0].class.dry_factor must be a non-negative"),
@@ -321,6 +321,17 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "with 128 px tiles at zero or less"),
     (("structures", "sd15/decode/fp32/tiled", "kind"), "cubic", 'kind must be "frames" or "tiled"'),
     (("groups",), {}, "lacks groups"),
+    (("structures", "sd15/decode/fp32/untiled", "area_min"), "4096", "area_min must be a non-negative integer"),
+    (("models", "sd15", "ops"), [["decode"]], "models.sd15.ops must be a list of decode, encode"),
+    (("calibrations", 0, "class", "dry_factor"), 1e308, "must be a non-negative number at most 1e+15"),
+    (("models", "sdxl", "architecture"), "nosuch", "models.sdxl.architecture 'nosuch' is not a model of the file"),
+    (("calibrations", 0, "conv_backend"), "bogus", "calibrations[0].conv_backend must be one of cudnn"),
+    (("calibrations", 0, "tiled"), True, "is not its key's id"),
+    (("groups", 0, "op"), "decodee", "groups[0].op must be one of decode, encode"),
+    (("groups", 0, "dtype"), "fp64", "groups[0].dtype must be one of fp16, bf16, fp32"),
+    (("models", "sd15", "op_parameters", "decode"), 10**12, "op_parameters.decode must be at most parameters"),
+    (("schema_version",), 2.0, "no integer schema_version"),
+    (("schema_version",), True, "no integer schema_version"),
 ]
 
 

@@ -135,3 +135,19 @@ def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
     assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 runs" in dry.output
     bad = runner.invoke(app, ["plan", "--budget-min", "0"])
     assert bad.exit_code == 2 and "--budget-min must be positive" in bad.output
+
+
+def test_report_prices_the_campaigns_with_the_committed_plan_fit():
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    res = runner.invoke(app, ["report", "--format", "markdown", "--plan-fit", str(root / "fits/plan/coefficients.json"),
+                              "--plan-measurements", str(root / "measurements/plans")])
+    assert res.exit_code == 0, res.output[-2000:]
+    section = res.output[res.output.index("## A plan's fit"):]
+    assert "| cogview4/decode/onednn/glibc-fixed/fp32/linux/untiled | 5 |" in section  # never in the plan: held out
+    assert "Groups the full fit lists as exceptions" in section and "pooled over these groups" in section
+    assert "tiny-kl" not in section
+    assert section in (root / "fits/plan/REPORT.md").read_text()  # the committed page is what the data give
+    bad = runner.invoke(app, ["report", "--plan-fit", "x.json"])
+    assert bad.exit_code == 2 and "--plan-fit and --plan-measurements go together" in bad.output

@@ -577,8 +577,12 @@ def estimate_cmd(
         e = est.explain(model, op, w, h, tile=tile, **kw)
         fit = None
         if budget is not None:
-            if budget <= 0:
+            import math
+
+            if not math.isfinite(budget) or budget <= 0:
                 raise VaememError(f"--budget must be a positive number of MiB, got {budget:g}")
+            if budget * MIB < 1:
+                raise VaememError(f"--budget must be at least one byte, got {budget:g} MiB")
             fit = est.largest_tile(model, op, w, h, int(budget * MIB), **kw)
     except ValueError as err:
         _fail(VaememError(str(err)))

@@ -73,6 +73,7 @@ COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
 
 _CACHE: dict = {}
+_VALID = object()  # marks a document this module validated and indexed (a caller's "_plans" key proves nothing)
 PACKAGED_NAME = "coefficients.json"
 # An exported module (``vaemem export --python``) sets this to its coefficient document, as literals.
 _EMBEDDED: dict | None = None
@@ -130,8 +131,11 @@ def _read(p: str) -> dict:
     except ValueError as e:
         raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
+    if type(version) is not int:
+        raise ValueError(f"coefficient file {p} has no integer schema_version (got {version!r}): not a vaemem "
+                         f"coefficient file, or damaged")
     if version != SCHEMA_VERSION:
-        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        newer = version > SCHEMA_VERSION
         hint = ("; upgrade vaemem" if newer else
                 "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
                 "readable)" if version == 1 else "")
@@ -147,15 +151,16 @@ def load(path: object = None) -> dict:
     embedded document of an exported module, else :func:`default_coefficients_path`). Refuses an unknown or newer
     schema and any malformed field (ValueError)."""
     if isinstance(path, dict):
-        return path if "_plans" in path else validate(path, "coefficients=")
+        return path if path.get("_valid") is _VALID else validate(path, "coefficients=")
     if isinstance(path, (list, tuple)):
-        key = tuple(id(p) if isinstance(p, dict) else (None if p is None else str(p)) for p in path)
-        data = _CACHE.get(key)
-        if data is None:
-            if not path:
-                raise ValueError("coefficients=[]: name at least one coefficient file")
-            data = _CACHE[key] = _layer([load(p) for p in path])
-        return data
+        if not path:
+            raise ValueError("coefficients=[]: name at least one coefficient file")
+        key = tuple(("dict", id(p)) if isinstance(p, dict) else (None if p is None else str(p)) for p in path)
+        hit = _CACHE.get(key)
+        # a dict is keyed by its id: the cache keeps the dicts themselves, so an id cannot be reused while cached
+        if hit is None or any(a is not b for a, b in zip(hit[0], path) if isinstance(b, dict)):
+            hit = _CACHE[key] = (tuple(path), _layer([load(p) for p in path]))
+        return hit[1]
     if path is None:
         if _EMBEDDED is not None:
             data = _CACHE.get("<embedded>")
@@ -171,14 +176,22 @@ def load(path: object = None) -> dict:
 
 
 def _layer(docs: list) -> dict:
-    """One document from several, the first winning per model, group, calibration and structure."""
+    """One document from several, the first winning per model, pixel group, structure and architecture line of a
+    calibration (a rig owner's fit of flux1 replaces the shipped flux1 line, and keeps the shipped lines of the
+    architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
+    holds the most architectures (the first on a tie): it prices transfer, so the widest pool sets it."""
     out = {k: v for k, v in docs[-1].items() if not k.startswith("_")}
-    models, structures, groups, calibrations = {}, {}, {}, {}
+    models, structures, groups = {}, {}, {}
+    calibrations: dict = {}
     for d in reversed(docs):
         models.update(d["models"])
         structures.update(d.get("structures", {}))
         groups.update(d["_index"])
-        calibrations.update(d["_calib"])
+        for cid, c in d["_calib"].items():
+            old = calibrations.get(cid)
+            merged = dict(c if old is None or len(c["architectures"]) >= len(old["architectures"]) else old)
+            merged["architectures"] = {**(old["architectures"] if old else {}), **c["architectures"]}
+            calibrations[cid] = merged
     out.update(models=models, structures=structures, groups=list(groups.values()),
                calibrations=list(calibrations.values()), layered=len(docs))
     return validate(out, "layered coefficients")
@@ -190,8 +203,11 @@ def clear_cache() -> None:
 
 # ---- validation: the one owner of what a coefficient file must hold -------------------------------------------
 
+LIMIT = 1e15  # no coefficient is this large (bytes: a petabyte; factors and slopes: absurd): a damaged file
+
+
 def _num(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) <= LIMIT
 
 
 def _need(ok: bool, where: str, what: str, v: object) -> None:
@@ -208,9 +224,9 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
     v = d[name]
     w = f"{where}.{name}"
     if kind == "num":
-        _need(_num(v), w, "a number", v)
+        _need(_num(v), w, f"a number of magnitude at most {LIMIT:g}", v)
     elif kind == "num>=0":
-        _need(_num(v) and v >= 0, w, "a non-negative number", v)
+        _need(_num(v) and v >= 0, w, f"a non-negative number at most {LIMIT:g}", v)
     elif kind in ("int>0", "int>=0", "int>0|None"):
         if v is None and kind == "int>0|None":
             return v
@@ -259,11 +275,20 @@ def _check_structure(s: dict, where: str) -> None:
         v = _field(s, name, where, "list")
         _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.{name}", f"{len(knots)} numbers", v)
     _need(min(s["bytes_per_pixel"]) >= 0, f"{where}.bytes_per_pixel", "non-negative", s["bytes_per_pixel"])
-    area_min = s.get("area_min", 64 * 64)
+    if "area_min" in s:
+        _field(s, "area_min", where, "int>=0")
+    area_min = s.get("area_min") or 64 * 64
     for k in knots:
         for side in (int(area_min ** 0.5), 1024):
             if structure_bytes(s, side, side, 1, k, None) <= 0:
                 raise ValueError(f"{where} prices {side}x{side} x {k} frames at zero or less")
+
+
+def _check_keys(d: dict, where: str) -> None:
+    """The platform key fields of a group or calibration name valid choices."""
+    for name, valid in (("op", OPS), ("dtype", tuple(ELEMENT_SIZE)), ("conv_backend", BACKENDS),
+                        ("allocator", ALLOCATORS), ("os", OSES)):
+        _need(d[name] in valid, f"{where}.{name}", "one of " + ", ".join(valid), d[name])
 
 
 def validate(data: object, source: str = "coefficients") -> dict:
@@ -273,6 +298,9 @@ def validate(data: object, source: str = "coefficients") -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{source} is not a JSON object: not a vaemem coefficient file")
     version = data.get("schema_version")
+    if type(version) is not int:
+        raise ValueError(f"{source} has no integer schema_version (got {version!r}): not a vaemem coefficient "
+                         f"file, or damaged")
     if version != SCHEMA_VERSION:
         raise ValueError(f"{source} has schema_version {version!r}; this estimator reads {SCHEMA_VERSION}")
     for name in ("models", "groups"):
@@ -288,18 +316,25 @@ def validate(data: object, source: str = "coefficients") -> dict:
             _field(m, "frame_step", w, "int>0")
         if "op_parameters" in m:
             for op in OPS:
-                _field(_field(m, "op_parameters", w, "dict"), op, f"{w}.op_parameters", "int>=0")
+                n = _field(_field(m, "op_parameters", w, "dict"), op, f"{w}.op_parameters", "int>=0")
+                _need(n <= m["parameters"], f"{w}.op_parameters.{op}", f"at most parameters ({m['parameters']})", n)
         for name in ("refused", "refused_tiled"):
             if name in m:
                 _field(m, name, w, "dict")
         if "ops" in m:
-            _need(isinstance(m["ops"], list) and set(m["ops"]) <= set(OPS), f"{w}.ops", f"a list of {OPS}", m["ops"])
+            _need(isinstance(m["ops"], list) and all(isinstance(o, str) and o in OPS for o in m["ops"]), f"{w}.ops",
+                  f"a list of {', '.join(OPS)}", m["ops"])
+        if m["architecture"] not in data["models"]:
+            raise ValueError(f"{w}.architecture {m['architecture']!r} is not a model of the file")
         if m.get("kernel", "conv2d") not in ("conv2d", "conv3d"):
             raise ValueError(f"{w}.kernel must be conv2d or conv3d, got {m['kernel']!r}")
     for i, g in enumerate(data["groups"]):
         w = f"{source}: groups[{i}]"
         for f in GROUP_KEYS:
             _field(g, f, w, "bool" if f == "tiled" else "str")
+        _check_keys(g, w)
+        if g.get("group", group_id(g)) != group_id(g):
+            raise ValueError(f"{w}.group {g['group']!r} is not its key's id {group_id(g)!r}")
         _field(g, "slope_bytes_per_pixel", w, "num>=0")
         _field(g, "base_bytes", w, "num")
         if "tile_slope_bytes_per_tile_pixel" in g:
@@ -317,7 +352,11 @@ def validate(data: object, source: str = "coefficients") -> dict:
         _field(c, "calibration", w, "str")
         for f in PLATFORM_KEYS:
             _field(c, f, w, "bool" if f == "tiled" else "str")
+        _check_keys(c, w)
         _need(c.get("kernel") in ("conv2d", "conv3d"), f"{w}.kernel", "conv2d or conv3d", c.get("kernel"))
+        if c["calibration"] != calibration_id(c, c["kernel"]):
+            raise ValueError(f"{w}.calibration {c['calibration']!r} is not its key's id "
+                             f"{calibration_id(c, c['kernel'])!r}")
         _field(c, "agree", w, "bool")
         _field(c, "spread", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
@@ -357,6 +396,7 @@ def _index(data: dict) -> None:
     data["_index"] = {group_id(g): g for g in data["groups"]}
     data["_calib"] = {c["calibration"]: c for c in data.get("calibrations", [])}
     data["_plans"] = {}  # per request key without sizes: what pricing resolved once (see _plan)
+    data["_valid"] = _VALID
 
 
 def tiles_visited(width: int, height: int, tile: int, factor: int, overlap: float) -> int:
@@ -504,6 +544,12 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
                    cast: str) -> None:
     """Checks that need no coefficient file: every key names one of its valid choices (a typo is refused, never
     priced by the fallback)."""
+    for name, v in (("op", op), ("dtype", dtype), ("backend", backend), ("allocator", allocator), ("os", os),
+                    ("cast", cast)):
+        if not isinstance(v, str):
+            raise ValueError(f"{name} must be a string, got {v!r}")
+    if loaded_dtype is not None and not isinstance(loaded_dtype, str):
+        raise ValueError(f"loaded_dtype must be a string or None, got {loaded_dtype!r}")
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; choose one of: {', '.join(OPS)}")
     for name, d in (("dtype", dtype), ("loaded_dtype", loaded_dtype)):
@@ -531,6 +577,8 @@ class _Plan:
                  allocator: str, os: str, tiled: bool, cast: str) -> None:
         _check_request(op, dtype, loaded_dtype, backend, allocator, os, cast)
         models = coef["models"]
+        if not isinstance(model, str):
+            raise ValueError(f"model must be a string, got {model!r}")
         if model not in models:
             raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(models))}")
         m = models[model]
@@ -653,7 +701,10 @@ def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None,
           os: str, tiled: bool, cast: str) -> _Plan:
     key = (model, op, dtype, loaded_dtype, backend, allocator, os, tiled, cast)
     plans = coef["_plans"]
-    plan = plans.get(key)
+    try:
+        plan = plans.get(key)
+    except TypeError:  # an unhashable argument: _Plan says which, as a ValueError
+        return _Plan(coef, *key)
     if plan is None:
         plan = plans[key] = _Plan(coef, *key)
     return plan
@@ -667,9 +718,11 @@ def _doc(coefficients: object) -> dict:
             data = _CACHE[None] = load(None)
         return data
     if isinstance(coefficients, dict):
-        return coefficients if "_plans" in coefficients else load(coefficients)
+        return coefficients if coefficients.get("_valid") is _VALID else load(coefficients)
     if isinstance(coefficients, (list, tuple)):
         return load(coefficients)
+    if not isinstance(coefficients, (str, _os.PathLike)):
+        raise ValueError(f"coefficients must be a path, a dict or a list of them, got {type(coefficients).__name__}")
     data = _CACHE.get(coefficients)
     if data is None:
         data = _CACHE[coefficients] = load(coefficients)
@@ -749,7 +802,10 @@ def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype:
     coef = _CACHE.get(None) if coefficients is None else None
     if coef is None:
         coef = _doc(coefficients)
-    plan = coef["_plans"].get((model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast))
+    try:
+        plan = coef["_plans"].get((model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast))
+    except TypeError:
+        plan = None
     if plan is None:
         plan = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast)
     return plan.price(width, height, batch, frames, tile)[0]
@@ -769,6 +825,8 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
               frames=frames, cast=cast, coefficients=coefficients)
     untiled = working_memory_bytes(model, op, width, height, **kw)  # also checks every argument
     f = _doc(coefficients)["models"][model]["spatial_factor"]
+    if candidates is not None and not isinstance(candidates, (list, tuple, set, frozenset, range)):
+        raise ValueError(f"candidates must be a list of tile sides in px, got {candidates!r}")
     tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
                    reverse=True)
     side = max(int(width), int(height))
@@ -853,8 +911,10 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
     get_allocator_backend()`` (cudaMallocAsync) and the parsed allocator variables (expandable or not); the
     attention path is ``fused`` where torch's scaled-dot-product attention has a fused kernel enabled for the
     device, else ``math`` (the score matrix is materialised)."""
-    if dtype not in ELEMENT_SIZE:
+    if not isinstance(dtype, str) or dtype not in ELEMENT_SIZE:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
+    if device is not None and not isinstance(device, str):
+        raise ValueError(f"device must be a string such as 'cuda:0' or 'cpu', got {device!r}")
     if device is None:
         mps = getattr(getattr(torch, "backends", None), "mps", None)
         xpu = getattr(torch, "xpu", None)
@@ -867,8 +927,11 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
     if backend in ("cudnn", "miopen"):
         memory = getattr(torch.cuda, "memory", None)  # type: ignore[attr-defined]
         getter = getattr(memory, "get_allocator_backend", None)
-        if getter is not None and getter() == "cudaMallocAsync":
-            allocator = "cudaMallocAsync"
+        try:
+            if getter is not None and getter() == "cudaMallocAsync":
+                allocator = "cudaMallocAsync"
+        except (AttributeError, RuntimeError):  # a torch built without this device: the environment decides
+            pass
         cuda = getattr(torch.backends, "cuda", None)  # type: ignore[attr-defined]
         fused = cuda is not None and any(getattr(cuda, n, lambda: False)()
                                          for n in ("flash_sdp_enabled", "mem_efficient_sdp_enabled"))

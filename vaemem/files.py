@@ -19,9 +19,12 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder, fsync and a rename: a reader sees
     the old file or the new one, never half of one. The file gets the usual mode (0666 less the umask), not the
     temporary file's 0600. Any failure is one VaememError naming the path."""
-    path = Path(path)
+    given = Path(path)
+    path = Path(os.path.realpath(given))  # through a symbolic link: the link stays, its target is replaced
     if path.is_dir():
-        raise VaememError(f"cannot write {path}: it is a directory")
+        raise VaememError(f"cannot write {given}: it is a directory")
+    if path.exists() and not path.is_file():  # a device or a pipe: a rename would replace the node itself
+        raise VaememError(f"cannot write {given}: not a regular file (a device, pipe or socket)")
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

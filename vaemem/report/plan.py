@@ -14,6 +14,7 @@ from typing import Any
 
 from vaemem import estimate
 from vaemem.fit.coefficients import Dataset
+from vaemem.models.zoo import get_spec
 from vaemem.report.structural import GOAL_MAX, GOAL_MEDIAN, _f, _stats, held_out
 
 
@@ -23,7 +24,7 @@ def compare(data: Dataset, plan_coef: dict[str, Any], full_coef: dict[str, Any],
     full_held = held_out(data, full_coef.get("structures", {}), full_coef["margin"])
     rows = []
     for gid, (key, pts) in sorted(data.groups.items()):
-        if key["allocator"] != allocator:
+        if key["allocator"] != allocator or get_spec(pts[0].point["model"]).tiny:  # the tiny test models: not apps'
             continue
         ratios, held, sources = [], [], set()
         for p in pts:
