@@ -275,6 +275,9 @@ def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
     with pytest.raises(VaememError, match="lacks models"):
         co.read_coefficients(tmp_path / "c.json")
     (tmp_path / "c.json").write_text('{"schema_version": "1"}')
+    with pytest.raises(VaememError, match="has no integer schema_version"):
+        co.read_coefficients(tmp_path / "c.json")
+    (tmp_path / "c.json").write_text('{"schema_version": 0}')
     with pytest.raises(VaememError, match="not the one this estimator reads"):
         co.read_coefficients(tmp_path / "c.json")
 
