@@ -135,6 +135,12 @@ def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
     assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 runs" in dry.output
     bad = runner.invoke(app, ["plan", "--budget-min", "0"])
     assert bad.exit_code == 2 and "--budget-min must be positive" in bad.output
+    for args, message in ((["--allocator", "nativ", "--device", "cuda"], "choose one of: native, cudaMallocAsync"),
+                          (["--allocator", "native"], "glibc, glibc-fixed"), (["--dtype", "fp8"], "unknown --dtype"),
+                          (["--device", "tpu"], "bad device 'tpu'")):
+        res = runner.invoke(app, ["plan", *args])
+        lines = [l for l in res.output.splitlines() if l.strip()]
+        assert res.exit_code == 2 and len(lines) == 1 and message in lines[0], res.output
 
 
 def test_report_prices_the_campaigns_with_the_committed_plan_fit():

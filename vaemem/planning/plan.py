@@ -152,6 +152,10 @@ def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], d
     """The plan: candidates in priority order, each taken while the predicted total stays within the budget."""
     if not budget_min > 0:
         raise VaememError(f"--budget-min must be positive, got {budget_min:g}")
+    for dtype in dtypes:  # a key the device cannot take is an error, not a plan without its points
+        for alloc in allocators:
+            validate(Point(ARCHITECTURES["conv2d"][0], ops[0] if ops else "decode", dtype, 256, 256,
+                           allocator=alloc, device=device))
     budget_s = budget_min * 60.0
     taken: list[PlannedPoint] = []
     skipped: list[PlannedPoint] = []
@@ -175,6 +179,6 @@ def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], d
         if fits:
             total += sum(costs)
     if not taken:
-        raise VaememError(f"no point fits {budget_min:g} min on {device} (the cheapest is predicted "
-                          f"{min(p.predicted_s for p in skipped) / 60:.1f} min)")
+        cheapest = f" (the cheapest is predicted {min(p.predicted_s for p in skipped) / 60:.1f} min)" if skipped else ""
+        raise VaememError(f"no point fits {budget_min:g} min on {device}{cheapest}")
     return Plan(taken, skipped, budget_s, device, cost)
