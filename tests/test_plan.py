@@ -76,6 +76,11 @@ def test_the_plan_file_round_trips_in_priority_order(tmp_path):
     (lambda t: t.replace('model = "sd15"', 'model = "sd16"', 1), "point 1: unknown model 'sd16'"),
     (lambda t: t.replace("predicted_s = ", "predicted = ", 1), "unknown keys ['predicted']"),
     (lambda t: t.replace("[cost_model]", "[costs]"), "unknown top-level keys ['costs']"),
+    (lambda t: t.replace("budget_min = 3.0", "budget_min = nan"), "budget_min must be a positive number"),
+    (lambda t: t.replace("budget_min = 3.0", "budget_min = inf"), "budget_min must be a positive number"),
+    (lambda t: t.replace("predicted_s = ", "predicted_s = nan #", 1), "predicted_s must be a finite"),
+    (lambda t: t.replace("priority = 1\n", "priority = 0\n", 1), "priority must be 1 or more"),
+    (lambda t: t.replace("start_s = 0.6", 'start_s = "x"'), "cost_model needs start_s"),
 ])
 def test_a_bad_plan_file_names_the_field(tmp_path, change, message):
     plan = make_plan(3, "cpu", CPU, ["decode"], ["fp32"], ["glibc-fixed"], video=False)
@@ -118,9 +123,29 @@ def test_a_plan_that_runs_late_drops_its_lowest_priority_points_and_records_them
                                                          (192, "dropped-late"), (224, "dropped-late")]
     assert "80 s spent, this run predicted 20 s at 2.00x the cost model" in recs[4]["status_evidence"]
     assert [p.width for p in fake.ran] == [64, 96, 128, 160]
+    assert "a higher-priority point was dropped" in recs[5]["status_evidence"]
     again = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: FakeLauncher(),
                     retry_failed=True)
     assert sorted(r["width"] for r in again) == [192, 224]  # --retry-failed runs what was dropped
+
+
+def test_a_late_plan_drops_its_tail_in_priority_order_not_whatever_fits(tmp_path):
+    pts = [validate(Point("tiny-kl", "decode", "fp32", s, s, allocator="glibc-fixed")) for s in (64, 96, 128, 160, 192)]
+    clock = Clock()
+    predicted = dict(zip((p.key for p in pts), (10.0, 10.0, 30.0, 5.0, 5.0)))
+
+    class OnTime(FakeLauncher):
+        def run(self, task, allocator, timeout_s):
+            clock.t += predicted[Point.from_dict(task["point"]).key]
+            return super().run(task, allocator, timeout_s)
+
+    recs = measure(pts, tmp_path / "p.jsonl", rig="r", runs=1, launcher_factory=lambda n: OnTime(), budget_s=30.0,
+                   predicted_s=predicted, clock=clock)
+    # the 30 s point would overrun at 20 s: it and the two cheaper points after it are dropped
+    assert [r["status"] for r in recs] == ["ok", "ok", "dropped-late", "dropped-late", "dropped-late"]
+    with pytest.raises(VaememError, match="budget must be a positive number of seconds"):
+        measure(pts, tmp_path / "q.jsonl", rig="r", runs=1, launcher_factory=lambda n: OnTime(),
+                budget_s=float("nan"), predicted_s=predicted)
 
 
 def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
@@ -134,7 +159,7 @@ def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
                               str(tmp_path / "m.jsonl"), "--dry-run"])
     assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 runs" in dry.output
     bad = runner.invoke(app, ["plan", "--budget-min", "0"])
-    assert bad.exit_code == 2 and "--budget-min must be positive" in bad.output
+    assert bad.exit_code == 2 and "--budget-min must be a positive number of minutes" in bad.output
     for args, message in ((["--allocator", "nativ", "--device", "cuda"], "choose one of: native, cudaMallocAsync"),
                           (["--allocator", "native"], "glibc, glibc-fixed"), (["--dtype", "fp8"], "unknown --dtype"),
                           (["--device", "tpu"], "bad device 'tpu'")):

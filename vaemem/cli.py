@@ -95,8 +95,8 @@ def measure(
     out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/<rig>.jsonl, or "
                                        "measurements/<rig>.shard-K-of-N.jsonl with --shard)"),
     force: bool = typer.Option(False, help="re-run runs already recorded for this rig"),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="re-measure runs recorded as crash, timeout or "
-                                      "skipped-after-oom (a resume keeps them otherwise)"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="re-measure runs recorded as crash, timeout, "
+                                      "skipped-after-oom or dropped-late (a resume keeps them otherwise)"),
     as_json: bool = typer.Option(False, "--json", help="print the new records as JSON instead of a table"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan and its predicted time, run nothing"),
 ) -> None:

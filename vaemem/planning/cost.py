@@ -44,8 +44,12 @@ class CostModel:
             model = cls(float(d["start_s"]), float(d["build_s_per_mparam"]), rates, str(d.get("source", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise VaememError(f"{where}: cost_model needs start_s, build_s_per_mparam and op_s_per_gib ({e})") from None
-        if model.start_s < 0 or model.build_s_per_mparam < 0 or any(v <= 0 for v in rates.values()):
-            raise VaememError(f"{where}: cost_model rates must be positive")
+        import math
+
+        values = [model.start_s, model.build_s_per_mparam, *rates.values()]
+        if not all(math.isfinite(v) for v in values) or model.start_s < 0 or model.build_s_per_mparam < 0 \
+                or any(v <= 0 for v in rates.values()):
+            raise VaememError(f"{where}: cost_model rates must be finite and positive")
         return model
 
     def seconds(self, p: Point, work: float) -> float:

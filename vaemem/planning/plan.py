@@ -150,8 +150,8 @@ def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], d
               allocators: list[str], video: bool = True, tiles: bool = True, batch: bool = True,
               coef: dict[str, Any] | None = None) -> Plan:
     """The plan: candidates in priority order, each taken while the predicted total stays within the budget."""
-    if not budget_min > 0:
-        raise VaememError(f"--budget-min must be positive, got {budget_min:g}")
+    if not 0 < budget_min < 1e6:  # nan and inf too
+        raise VaememError(f"--budget-min must be a positive number of minutes (under 1e6), got {budget_min:g}")
     for dtype in dtypes:  # a key the device cannot take is an error, not a plan without its points
         for alloc in allocators:
             validate(Point(ARCHITECTURES["conv2d"][0], ops[0] if ops else "decode", dtype, 256, 256,
@@ -162,8 +162,11 @@ def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], d
     seen: set[str] = set()
     total = 0.0
     priority = 0
+    cheapest_unit = None
     for tier, pts, why in candidates(device, ops, dtypes, allocators, video, tiles, batch):
         pts = [p for p in pts if p.key not in seen]  # a point asked twice is planned once, at its best tier
+        if not pts:
+            continue
         try:
             for p in pts:
                 dry_bytes(p, coef)  # a structure must cover the point itself, or nothing calibrates against it
@@ -171,14 +174,14 @@ def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], d
         except VaememError:  # no structure covers it: nothing to calibrate it against
             continue
         fits = total + sum(costs) <= budget_s
+        cheapest_unit = sum(costs) if cheapest_unit is None else min(cheapest_unit, sum(costs))
         for p, c in zip(pts, costs):
             priority += 1
             (taken if fits else skipped).append(PlannedPoint(p, priority, c, f"tier {tier}: {why}"))
-            if fits:
-                seen.add(p.key)
+            seen.add(p.key)
         if fits:
             total += sum(costs)
     if not taken:
-        cheapest = f" (the cheapest is predicted {min(p.predicted_s for p in skipped) / 60:.1f} min)" if skipped else ""
+        cheapest = f" (the cheapest unit of points is predicted {cheapest_unit:.0f} s)" if cheapest_unit else ""
         raise VaememError(f"no point fits {budget_min:g} min on {device}{cheapest}")
     return Plan(taken, skipped, budget_s, device, cost)

@@ -214,15 +214,18 @@ def measure(
     the first; ``on_record`` is called after each record is safely on disk (the CLI's plan line and progress bar
     hook in to both).
 
-    A plan (``budget_s`` with ``predicted_s`` per point key, points in priority order) runs in that order, and a
-    point whose predicted time (rescaled by what the finished runs took against the cost model, once
-    :data:`MIN_RUNS_TO_RESCALE` have) would take the sweep past the budget is not started: it is recorded as
-    ``dropped-late`` with the prediction that dropped it (``--retry-failed`` runs it later). So a plan that runs
-    late loses its lowest-priority points, and only what cannot fit.
+    A plan (``budget_s`` with ``predicted_s`` per point key, points in priority order) runs in that order. The
+    first point whose predicted time (rescaled by what the finished runs took against the cost model, once
+    :data:`MIN_RUNS_TO_RESCALE` have) would take the sweep past the budget is not started, nor is any point after
+    it: each is recorded as ``dropped-late`` with the figures that dropped it (``--retry-failed`` runs them
+    later). So a plan that runs late loses its lowest-priority points, in order. The budget counts from the start
+    of this call: a resumed plan gets its budget again.
     """
     check_options(points, runs, launcher, timeout_s, devices)
     if budget_s is not None and (devices or predicted_s is None):
         raise VaememError("a plan's budget needs its predicted times and runs on one device at a time")
+    if budget_s is not None and not 0 < budget_s < float("inf"):
+        raise VaememError(f"a plan's budget must be a positive number of seconds, got {budget_s!r}")
     out = Path(out)
     check_out_path(out)
     tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
@@ -265,20 +268,24 @@ def measure(
         started = clock()
         predicted_done = actual_done = 0.0
         finished = 0
+        late = False
         try:
             for task in tasks:
-                if budget_s is not None:  # run in priority order; a point predicted to overrun is dropped
+                if budget_s is not None:  # run in priority order; once a point would overrun, it and every
+                    # point after it (all of lower priority) are dropped: a late plan loses its tail, in order
                     assert predicted_s is not None
                     # rescaled by the finished runs' own wall time (not the launcher's one-off start) once a few
                     # have run: one run's ratio to the cost model is noise (0.3-3.7x on this CPU)
                     scale = actual_done / predicted_done if finished >= MIN_RUNS_TO_RESCALE and predicted_done else 1.0
                     spent = clock() - started
                     need = scale * predicted_s.get(task.point.key, 0.0)
-                    if spent + need > budget_s:
+                    if late or spent + need > budget_s:
+                        why = ("a higher-priority point was dropped" if late else
+                               f"{spent:.0f} s spent, this run predicted {need:.0f} s at {scale:.2f}x the cost model")
+                        late = True
                         finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
                                            status="dropped-late", commit=commit,
-                                           evidence=f"plan of {budget_s:.0f} s: {spent:.0f} s spent, this run "
-                                                    f"predicted {need:.0f} s at {scale:.2f}x the cost model"))
+                                           evidence=f"plan of {budget_s:.0f} s: {why}"))
                         continue
                 n_before = len(records)
                 do(task, launch)

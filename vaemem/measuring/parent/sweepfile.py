@@ -161,10 +161,13 @@ def _load_plan(path: Path, data: dict[str, Any]) -> Sweep:
     device, budget = data.get("device"), data.get("budget_min")
     if not isinstance(device, str):
         raise VaememError(f"{path}: a plan needs device (a string), not {device!r}")
-    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
-        raise VaememError(f"{path}: budget_min must be a positive number, not {budget!r}")
+    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not 0 < budget < 1e6:
+        raise VaememError(f"{path}: budget_min must be a positive number of minutes (under 1e6), not {budget!r}")
     if not isinstance(data.get("cost_model"), dict):
         raise VaememError(f"{path}: a plan needs its [cost_model] table")
+    from vaemem.planning.cost import CostModel
+
+    CostModel.from_dict(data["cost_model"], str(path))  # refuses a damaged cost model (it is the plan's record)
     rows = data.get("point")
     if not isinstance(rows, list) or not rows:
         raise VaememError(f"{path}: a plan needs at least one [[point]] table")
@@ -187,8 +190,10 @@ def _load_plan(path: Path, data: dict[str, Any]) -> Sweep:
                                row.get("tile"), row["allocator"], device))
         except VaememError as e:
             raise VaememError(f"{path}: point {i}: {e}") from None
-        if row["predicted_s"] < 0:
-            raise VaememError(f"{path}: point {i}: predicted_s must not be negative")
+        if not 0 <= row["predicted_s"] < 1e9:
+            raise VaememError(f"{path}: point {i}: predicted_s must be a finite non-negative number of seconds")
+        if row["priority"] < 1:
+            raise VaememError(f"{path}: point {i}: priority must be 1 or more (1 runs first)")
         planned.append((row["priority"], p, float(row["predicted_s"])))
     priorities = [q for q, _, _ in planned]
     if len(set(priorities)) != len(priorities):
@@ -207,7 +212,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string for the ASCII text written here
+        return json.dumps(v, ensure_ascii=False)  # a TOML basic string (UTF-8: no JSON surrogate pairs)
     if isinstance(v, dict):
         return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(v)
