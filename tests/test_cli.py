@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vaemem.cli import app
+from vaemem.errors import VaememError
 from vaemem.fit import coefficients as co
 
 ROOT = Path(__file__).parent.parent
@@ -213,3 +214,19 @@ def test_ctrl_c_keeps_every_finished_run_and_no_partial_line(tmp_path):
     assert proc.returncode == 130 and "interrupted: " in err and "runs kept in" in err
     assert text.endswith("\n") and all(json.loads(l)["status"] for l in text.splitlines())
     assert 2 <= kept < 18
+
+
+def test_a_failed_append_stops_the_sweep_saying_how_many_runs_are_kept(tmp_path, monkeypatch):
+    from vaemem.measuring.parent import runner as rn
+
+    def measure(points, out, *, on_record, on_plan, **kw):
+        on_plan([], [])
+        on_record({"point_key": "k", "run": 0, "status": "ok"})
+        raise VaememError(f"cannot append to {out}: No space left on device; the line was not written")
+
+    monkeypatch.setattr(rn, "measure", measure)
+    res = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                              "--rig", "t", "--out", str(tmp_path / "m.jsonl")])
+    line = [l for l in res.output.splitlines() if l.strip()][-1]  # after the plan line: one error line
+    assert "Traceback" not in res.output and line.startswith("error: ")
+    assert res.exit_code == 2 and "No space left on device" in line and "the sweep stopped, 1 runs kept in" in line

@@ -302,6 +302,8 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         typer.echo(f"{'terminated' if isinstance(stop, Terminated) else 'interrupted'}: {len(records)} runs kept in "
                    f"{out}", err=True)
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
+    except VaememError as e:  # e.g. a full disk: the sweep stops, and says what it kept
+        raise VaememError(f"{e}; the sweep stopped, {len(records)} runs kept in {out}", e.exit_code) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     if planned == [0]:
