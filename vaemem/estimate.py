@@ -130,17 +130,6 @@ def _read(p: str) -> dict:
         raise ValueError(f"cannot read coefficient file {p}: {e.strerror}") from None
     except ValueError as e:
         raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
-    version = data.get("schema_version") if isinstance(data, dict) else None
-    if type(version) is not int:
-        raise ValueError(f"coefficient file {p} has no integer schema_version (got {version!r}): not a vaemem "
-                         f"coefficient file, or damaged")
-    if version != SCHEMA_VERSION:
-        newer = version > SCHEMA_VERSION
-        hint = ("; upgrade vaemem" if newer else
-                "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
-                "readable)" if version == 1 else "")
-        raise ValueError(f"coefficient file {p} has schema_version {version!r}, "
-                         f"{'newer than' if newer else 'not'} the one this estimator reads ({SCHEMA_VERSION})" + hint)
     return validate(data, f"coefficient file {p}")
 
 
@@ -302,7 +291,12 @@ def validate(data: object, source: str = "coefficients") -> dict:
         raise ValueError(f"{source} has no integer schema_version (got {version!r}): not a vaemem coefficient "
                          f"file, or damaged")
     if version != SCHEMA_VERSION:
-        raise ValueError(f"{source} has schema_version {version!r}; this estimator reads {SCHEMA_VERSION}")
+        newer = version > SCHEMA_VERSION
+        hint = ("; upgrade vaemem" if newer else
+                "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
+                "readable)" if version == 1 else "")
+        raise ValueError(f"{source} has schema_version {version!r}, {'newer than' if newer else 'not'} the one "
+                         f"this estimator reads ({SCHEMA_VERSION})" + hint)
     for name in ("models", "groups"):
         if not isinstance(data.get(name), {"models": dict, "groups": list}[name]):
             raise ValueError(f"{source} lacks {name}: not a vaemem coefficient file, or damaged; regenerate it with "
@@ -569,9 +563,8 @@ class _Plan:
     """What pricing resolves once per request key (model, op, dtype, loaded dtype, platform, tiled, cast): the
     model's rules, the path (calib, pixel or fallback) and its constants. ``price`` adds only the sizes."""
 
-    __slots__ = ("kind", "model", "m", "op", "dtype", "factor", "step", "image", "cast_bytes", "cast_params", "s",
-                 "cs", "line", "own", "calib", "group", "ref", "cref", "arch_video", "tiled", "legacy", "pixel_line",
-                 "clip_bytes", "terms", "ref_terms")
+    __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
+                 "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str) -> None:
@@ -586,7 +579,7 @@ class _Plan:
             raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
         if tiled and op in m.get("refused_tiled", {}):
             raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
-        self.model, self.m, self.op, self.dtype, self.tiled = model, m, op, dtype, tiled
+        self.model, self.m = model, m
         self.factor = m["spatial_factor"]
         self.image = m["temporal_factor"] is None
         self.step = m.get("frame_step") or m["temporal_factor"]
@@ -604,14 +597,14 @@ class _Plan:
         key = {"architecture": arch, "op": op, "conv_backend": backend, "allocator": allocator, "dtype": dtype,
                "os": os, "tiled": tiled}
         structures = coef.get("structures", {})
-        self.s = structures.get(structure_key(arch, op, dtype, tiled))
-        self.cs = None if self.s is None else compile_structure(self.s)
+        s = structures.get(structure_key(arch, op, dtype, tiled))
+        self.cs = None if s is None else compile_structure(s)
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
-        self.own = self.line = self.ref = self.cref = self.pixel_line = self.ref_terms = None
+        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = None
         self.arch_video = False
-        if self.s is not None and self.calib is not None:
+        if s is not None and self.calib is not None:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
             self.line = self.own if self.own is not None else self.calib["class"]
@@ -633,12 +626,13 @@ class _Plan:
         self.kind = "fallback"
         ref = models.get(REFERENCE_MODEL)
         if ref is not None:
-            self.ref = structures.get(structure_key(ref["architecture"], op, dtype, tiled))
-            self.cref = None if self.ref is None else compile_structure(self.ref)
+            rs = structures.get(structure_key(ref["architecture"], op, dtype, tiled))
+            self.cref = None if rs is None else compile_structure(rs)
             self.ref_terms = None if self.cref is None or self.cref[0] else frame_terms(self.cref, 1)
 
     def price(self, width: object, height: object, batch: object, frames: object, tile: object) -> tuple:
-        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note) of one request; ValueError for sizes
+        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note, the SD family's dry-run peak or 0) of
+        one request; ValueError for sizes
         ``vaemem measure`` refuses. explain and working_memory_bytes both call it, so the reasoning and the number
         never part. One method on purpose: it is the hot path."""
         if not (type(width) is int and type(height) is int and type(batch) is int and type(frames) is int
@@ -678,23 +672,22 @@ class _Plan:
                         env = floor
                         note += ", raised to the legacy rule" + ("" if self.image else
                                                                  " of one frame plus the decoded clip")
-            return env + self.cast_bytes, env, None, 0, note
+            return env + self.cast_bytes, env, None, 0, note, 0.0
         cs = self.cs
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
             floor = _legacy(*self.legacy, w, h, b, f, t)
-            return floor + self.cast_bytes, 0, None, floor, ""
+            return floor + self.cast_bytes, 0, None, floor, "", 0.0
         dry = structure_eval(cs, w, h, b, f, t, None if cs[0] else
                              self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)))
         if kind == "calib":
             env = int(calibration_bytes(self.line, dry, dry / b, self.arch_video and f == 1))  # type: ignore[arg-type]
-            return env + self.cast_bytes, env, dry, 0, ""
-        per_pixel, extra = self.legacy
-        floor = _legacy(per_pixel, extra, w, h, b, 1, t)  # the fallback: a clip's legacy rule is of one frame
+            return env + self.cast_bytes, env, dry, 0, "", 0.0
+        floor = _legacy(*self.legacy, w, h, b, 1, t)  # the fallback: a clip's legacy rule is of one frame
         ref = 0.0 if self.cref is None else structure_eval(self.cref, w, h, b, 1, t, self.ref_terms)
         if not ref:
-            return floor + self.cast_bytes, 0, dry, floor, ""
+            return floor + self.cast_bytes, 0, dry, floor, "", 0.0
         env = int(floor * dry / ref)
-        return (env if env > floor else floor) + self.cast_bytes, env, dry, floor, ""
+        return (env if env > floor else floor) + self.cast_bytes, env, dry, floor, "", ref
 
 
 def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str,
@@ -755,7 +748,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     ``cast``: which weights the app cast from ``loaded_dtype`` to ``dtype``: ``"model"`` (the whole VAE, what
     loading and ``.to(dtype)`` do) or ``"op"`` (only the half the op runs)."""
     plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast)
-    total, env, dry, floor, note = plan.price(width, height, batch, frames, tile)
+    total, env, dry, floor, note, ref = plan.price(width, height, batch, frames, tile)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     cast_note = ""
     if plan.cast_bytes:
@@ -780,7 +773,6 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if plan.kind == "pixel":
         reason = "measured pixel line (no dry-run structure covers this request)" + note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
-    ref = structure_eval(plan.cref, int(width), int(height), int(batch), 1, tile) if plan.cref and dry else 0.0
     if ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
         if ratio > 1:

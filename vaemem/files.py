@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -50,6 +51,7 @@ def write_atomic(path: str | Path, text: str) -> None:
         raise
 
 
+@functools.cache  # read once: every default path of the CLI asks at import
 def checkout_root() -> Path | None:
     """The repository this package runs from (an editable install or a checkout on ``sys.path``), or None for an
     installed wheel: the folder above the package, when it holds vaemem's ``pyproject.toml``."""
