@@ -1,8 +1,9 @@
 """Seconds per dry run (``vaemem trace``) for untiled image, tiled and video points, and, with ``--zoo``, the
 whole structure grid of every real architecture (what ``fits/traces.json`` holds).
 
-    python benchmarks/trace_speed.py          # a few points, about a minute
-    python benchmarks/trace_speed.py --zoo    # every dry run of the zoo grid into a temporary cache
+    python benchmarks/trace_speed.py              # a few points, about a minute
+    python benchmarks/trace_speed.py --zoo        # every dry run of the zoo grid into a temporary cache
+    python benchmarks/trace_speed.py --zoo -j 2   # the same in two processes (vaemem trace --zoo --jobs 2)
 
 Goals (issue 10): at most 2 s per untiled image point, 10 s per video or tiled point, the zoo grid in under
 10 minutes, on this 2-core machine. Timings are wall time of one process; on a shared machine they are upper
@@ -41,11 +42,20 @@ def main() -> None:
         from vaemem.tracing import cache
         from vaemem.tracing.structure import zoo_grid
 
+        from vaemem.tracing.trace import trace_many
+
+        jobs = int(sys.argv[sys.argv.index("-j") + 1]) if "-j" in sys.argv else 1
         specs = zoo_grid()
         t0 = time.perf_counter()
+        walls: dict[str, float] = {}
         with tempfile.TemporaryDirectory() as tmp:
-            cache.record(f"{tmp}/traces.json", [trace(s) for s in specs])
-        print(f"zoo grid: {len(specs)} dry runs in {(time.perf_counter() - t0) / 60:.1f} min")
+            results = list(trace_many(specs, None, jobs))
+            cache.record(f"{tmp}/traces.json", results)
+        for r in results:
+            walls[r.spec.attention] = walls.get(r.spec.attention, 0.0) + r.wall_s
+        print(f"zoo grid: {len(specs)} dry runs in {(time.perf_counter() - t0) / 60:.1f} min with {jobs} process(es)"
+              f"; summed dry-run wall: fused {walls.get('fused', 0) / 60:.1f} min, math {walls.get('math', 0) / 60:.1f}"
+              f" min")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #   5. the dry-run peak of every point against its allocated (GPU) or resident (CPU) peak, and the calibration
 #   6. bench-conv3d --conv3d both at one small size
 #   7. a calibration plan (vaemem plan) of a fixed budget, run, and fitted alone
+#   8. variants: the math attention path and a sliced batch of the first model, dry run against measurement
 set -euo pipefail
 device=cuda:0
 out=gpu-check
@@ -30,11 +31,13 @@ if [ "${device%%:*}" = cpu ]; then
   res=(--res 64 --res 96x64 --res 128); bench_model=tiny-minimax-h3; bench_res=64; frames=(--frames 5)
   dtype=fp32  # this CPU has no fast fp16 convolution
   plan=(--budget-min 1 --no-video --no-tiles --no-batch --op decode --allocator glibc-fixed)  # keeps CI short
+  variant=(-m tiny-kl --res 128 --allocator glibc-fixed)
 else
   models=(-m sd15 -m flux1); allocs=(--allocator native --allocator cudaMallocAsync)
   res=(--res 512 --res 768x512 --res 1024); bench_model=minimax-h3; bench_res=256x256; frames=()
   dtype=fp16
   plan=(--budget-min 2 --allocator native)  # with the steps above, the whole check stays under 8 minutes
+  variant=(-m sd15 --res 1024 --allocator native)
 fi
 rig=gpu-check-${device%%:*}
 log() { echo "== $*" | tee -a "$out/log.txt"; }
@@ -91,7 +94,8 @@ for _, _, r in iter_records([sys.argv[1]]):
     if r["status"] != "ok" or r["point_key"] in seen:
         continue
     dry = trace(TraceSpec(r["model"], r["op"], r["dtype"], r["width"], r["height"], r["batch"], r["frames"],
-                          r["tile"])).peak_bytes
+                          r["tile"], r.get("overlap", 0.25), r.get("attention", "fused"), r.get("slicing", False),
+                          r.get("conv3d", "native"))).peak_bytes
     d = r["delta_bytes"]
     src = "allocated" if "allocated" in d else "rss"
     seen[r["point_key"]] = 1
@@ -114,4 +118,23 @@ log "calibration plan"
   | tee -a "$out/log.txt"
 "$vaemem" fit --measurements "$out/plan" --out "$out/plan-coefficients.json" --exceptions "$out/none.json" \
   | tee -a "$out/log.txt" || echo "plan fit refused (see above)" | tee -a "$out/log.txt"
+log "variants: math attention path and a sliced batch"
+for v in "--attention math" "--batch 2 --slicing" "--batch 2"; do
+  # shellcheck disable=SC2086
+  "$vaemem" measure "${variant[@]}" --op decode --dtype "$dtype" $v --device "$device" --runs 1 --rig "$rig" \
+    --out "$out/variants/$rig.jsonl" --timeout 300 | tee -a "$out/log.txt"
+done
+"$python" - "$out/variants/$rig.jsonl" <<'PY' | tee -a "$out/log.txt"
+import sys
+from vaemem.measuring.parent.store import iter_records
+from vaemem.tracing.trace import TraceSpec, trace
+for _, _, r in iter_records([sys.argv[1]]):
+    if r["status"] != "ok":
+        print(f"{r['point_key']}: {r['status']} {r.get('error') or ''}")
+        continue
+    dry = trace(TraceSpec(r["model"], r["op"], r["dtype"], r["width"], r["height"], r["batch"], r["frames"],
+                          r["tile"], attention=r["attention"], slicing=r["slicing"])).peak_bytes
+    print(f"{r['point_key']}: dry run {dry / 2**20:.1f} MiB, demand {r['demand_bytes'] / 2**20:.1f} MiB "
+          f"({r['demand_bytes'] / dry:.2f}x)")
+PY
 log "done: $out"

@@ -49,10 +49,12 @@ def _requests(doc: dict) -> list[dict]:
                                                                                        m["temporal_factor"])))
     for name, m in sorted(doc["models"].items()):
         for op in m["ops"]:
-            out.append(dict(model=name, op=op, width=1024, height=1024, dtype="bf16", backend="cudnn",
-                            allocator="native", os="linux", tile=None,
-                            frames=1 if m["temporal_factor"] is None else 1 + 2 * (m.get("frame_step") or
-                                                                                   m["temporal_factor"])))
+            structured = f"{m['architecture']}/{op}/bf16/untiled" in doc["structures"]  # math needs a structure
+            for attention in ("fused", "math") if structured else ("fused",):
+                out.append(dict(model=name, op=op, width=1024, height=1024, dtype="bf16", backend="cudnn",
+                                allocator="native", os="linux", tile=None, attention=attention,
+                                frames=1 if m["temporal_factor"] is None else 1 + 2 * (m.get("frame_step") or
+                                                                                       m["temporal_factor"])))
     return out
 
 

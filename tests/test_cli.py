@@ -93,12 +93,31 @@ GOOD_GRID = 'models = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\nres = ["
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'tiles = [true]\n', "grid 1: tiles must be a non-empty list"),
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID.replace('"64"', '"64q"'), "grid 1: bad resolution"),
     ('schema_version = 1\n[[grid]\n', "not valid toml"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'slicing = ["yes"]\n', "grid 1: slicing must be a non-empty "
+     "list of true/false"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'attention = ["flash"]\n', "choose one of: fused, math"),
+    ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'slicing = [true]\n', "slicing needs a batch of more than"),
 ])
 def test_measure_sweep_file_errors_name_the_file_and_the_field(tmp_path, text, message):
     sweep = tmp_path / "s.toml"
     sweep.write_text(text)
     line = _err_line(runner.invoke(app, ["measure", "--sweep", str(sweep), "--dry-run"]))
     assert "s.toml" in line and message in line, line
+
+
+def test_a_sweep_file_and_the_cli_take_the_variant_fields(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('schema_version = 1\n[[grid]]\n' + GOOD_GRID.replace('"64"', '"128"') +
+                     'batches = [2]\ntiles = [64]\noverlaps = [0.5]\nslicing = [true]\nattention = ["math"]\n')
+    res = runner.invoke(app, ["measure", "--sweep", str(sweep), "--dry-run", "--out", str(tmp_path / "m.jsonl")])
+    assert res.exit_code == 0 and "plan: 1 points" in res.output, res.output
+    from vaemem.measuring.parent.sweepfile import load_sweep
+
+    (p,) = load_sweep(sweep, "cpu").points
+    assert p.key.endswith("/o0.5/sliced/math")
+    res = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                              "--attention", "flash", "--out", str(tmp_path / "m.jsonl")])
+    assert res.exit_code == 2 and "choose one of: fused, math" in _err_line(res)
 
 
 @pytest.mark.portable

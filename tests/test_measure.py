@@ -41,6 +41,12 @@ MIB = 1024 * 1024
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc", device="cuda"), "cudaMallocAsync"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, device="tpu"), "bad device"),
     (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: its 2.4B-parameter decoder is a ViT"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, overlap=0.5), "applies to tiled points only"),
+    (Point("tiny-kl", "decode", "fp32", 128, 128, tile=64, overlap=1.0), r"fraction in \[0, 1\)"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, slicing=True), "needs batch > 1"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, batch=2, slicing="yes"), "true or false"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, attention="flash"), "choose one of: fused, math"),
+    (Point("tiny-kl", "decode", "fp32", 64, 64, conv3d="decomposed"), "applies to the causal conv3d of Wan"),
 ])
 def test_invalid_points_are_refused_naming_the_choices(point, message):
     with pytest.raises(VaememError, match=message):
@@ -71,6 +77,34 @@ def test_shards_partition_the_grid_stably():
     assert sorted(p.key for part in parts for p in part) == sorted(p.key for p in pts)
     assert all(part for part in parts)
     assert shard(list(reversed(pts)), 2, 3) == list(reversed(parts[1]))  # independent of grid order
+
+
+def test_variant_fields_extend_the_key_and_defaults_keep_the_old_one():
+    old = "tiny-kl/decode/fp32/64x64/b2/f1/t0/glibc/cpu"
+    assert Point("tiny-kl", "decode", "fp32", 64, 64, batch=2).key == old
+    v = Point("tiny-kl", "decode", "fp32", 128, 128, batch=2, tile=64, overlap=0.5, slicing=True, attention="math")
+    assert v.key == "tiny-kl/decode/fp32/128x128/b2/f1/t64/glibc/cpu/o0.5/sliced/math"
+    assert Point.from_dict({k: x for k, x in v.to_dict().items()}) == v
+    pts = build_grid(["tiny-kl"], ["decode"], ["fp32"], ["128"], [1, 2], tiles=[None, 64], overlaps=[0.5],
+                     slicing=[True])
+    assert sorted((p.batch, p.tile or 0, p.overlap) for p in pts) == [(2, 0, 0.25), (2, 64, 0.5)]  # no sliced b1
+    assert Point("tiny-wan", "decode", "fp32", 64, 64, frames=5, conv3d="decomposed").key.endswith("/decomposed")
+
+
+def test_a_variant_point_runs_in_a_real_child_as_its_dry_run_says(tmp_path):
+    """Sliced, math-path and decomposed points run with their variant applied (the dry runs differ, so the
+    demands do): the record carries the fields."""
+    from vaemem.tracing.trace import TraceSpec, trace
+
+    pts = [validate(Point("tiny-kl", "decode", "fp32", 128, 128, batch=2, allocator="glibc-fixed", **v))
+           for v in ({}, {"slicing": True}, {"attention": "math"})]
+    recs = measure(pts, tmp_path / "m.jsonl", rig="t", runs=1, launcher_factory=lambda n: ForkLauncher())
+    assert [r["status"] for r in recs] == ["ok"] * 3, [r.get("error") for r in recs]
+    by = {(r["slicing"], r["attention"]): r["demand_bytes"] for r in recs}
+    dry = {k: trace(TraceSpec("tiny-kl", "decode", "fp32", 128, 128, batch=2, slicing=k[0], attention=k[1]))
+           .peak_bytes for k in by}
+    assert dry[(True, "fused")] < dry[(False, "fused")] < dry[(False, "math")]
+    assert by[(True, "fused")] < by[(False, "fused")] < by[(False, "math")]
 
 
 def test_point_key_ignores_device_index_only():

@@ -62,11 +62,15 @@ def test_a_plan_fixes_every_key_first_and_stays_within_its_budget():
 def test_the_plan_file_round_trips_in_priority_order(tmp_path):
     plan = make_plan(3, "cpu", CPU, ["decode"], ["fp32"], ["glibc-fixed"])
     rows = [(p.priority, p.point, p.predicted_s, p.why) for p in plan.points]
+    from vaemem.measuring.point import Point
+
+    variant = Point("sd15", "decode", "fp32", 512, 512, 2, 1, 256, "glibc-fixed", "cpu", 0.5, True, "math")
+    rows.append((max(r[0] for r in rows) + 1, variant, 1.0, "a variant point"))
     path = tmp_path / "p.toml"
     path.write_text(dumps_plan("cpu", 3, CPU.to_dict(), list(reversed(rows)), "a header"))
     sw = load_sweep(path, "cuda")  # a plan carries its own device
-    assert sw.points == [p.point for p in plan.points] and sw.runs == 1 and sw.budget_s == 180.0
-    assert sw.predicted_s == {p.point.key: p.predicted_s for p in plan.points}
+    assert sw.points == [p.point for p in plan.points] + [variant] and sw.runs == 1 and sw.budget_s == 180.0
+    assert sw.predicted_s == {p.point.key: p.predicted_s for p in plan.points} | {variant.key: 1.0}
 
 
 @pytest.mark.parametrize("change,message", [

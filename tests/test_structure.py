@@ -19,7 +19,8 @@ from vaemem.tracing.trace import TraceSpec, trace
 
 
 def _entries(specs):
-    return [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes} for r in map(trace, specs)]
+    return [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes, "attention_peak_bytes": r.attention_peak_bytes,
+             "output_bytes": r.output_bytes} for r in map(trace, specs)]
 
 
 ROOT = Path(__file__).parent.parent
@@ -50,14 +51,29 @@ def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_str
     assert est.structure_bytes(s, w, h, batch, frames, tile) == pytest.approx(fresh, rel=0.01)
 
 
+@pytest.mark.parametrize("name,op,dtype,w,h,frames", [
+    ("sd15", "decode", "fp32", 2048, 2048, 1),        # 4x the largest traced side
+    ("flux2", "encode", "bf16", 1536, 1024, 1),
+    ("wan21", "encode", "fp32", 1536, 1536, 1),      # Qwen-Image's layers: 2x at one frame
+    ("hunyuanvideo", "decode", "bf16", 640, 384, 13),
+    ("wan22", "decode", "bf16", 1280, 704, 5),
+], ids=lambda v: str(v))
+def test_math_path_structures_reproduce_fresh_math_dry_runs_of_real_architectures(name, op, dtype, w, h, frames):
+    doc = est.load(ROOT / "vaemem" / "coefficients.json")
+    fresh = trace(TraceSpec(name, op, dtype, w, h, frames=frames, attention="math")).peak_bytes
+    priced = est.dry_run_bytes(doc, name, op, w, h, dtype=dtype, frames=frames, attention="math")
+    assert priced == pytest.approx(fresh, rel=0.01)
+
+
 def test_every_real_architecture_has_its_structures(committed_structures):
     from vaemem.models.zoo import registry
     from vaemem.tracing.structure import structured
 
     for name, spec in registry().items():
         if not spec.tiny and spec.architecture == name:
-            for op, dtype, tiled in structured(name):
-                assert est.structure_key(name, op, dtype, tiled) in committed_structures, (name, op, dtype, tiled)
+            for op, dtype, tiled, attention in structured(name):
+                assert est.structure_key(name, op, dtype, tiled, attention) in committed_structures, \
+                    (name, op, dtype, tiled, attention)
 
 
 @pytest.mark.slow
@@ -82,6 +98,36 @@ def test_below_the_smallest_traced_area_the_structure_is_an_upper_bound():
     for w, h, f in ((32, 32, 9), (48, 32, 13)):
         fresh = trace(TraceSpec("tiny-hunyuanvideo", "decode", "fp32", w, h, frames=f)).peak_bytes
         assert est.structure_bytes(s, w, h, 1, f, None) >= fresh * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("name,op,frames", [("tiny-kl", "decode", 1), ("tiny-kl", "encode", 1),
+                                             ("tiny-wan", "encode", 5), ("tiny-hunyuanvideo", "decode", 5),
+                                             ("tiny-mochi", "encode", 7), ("tiny-dcae", "decode", 1)])
+def test_the_math_path_peak_is_the_larger_of_the_fused_peak_and_the_attention_peak(name, op, frames):
+    """Known answer on real CPU tensors: the math path changes only what happens inside attention modules."""
+    for w in ((64, 128) if frames == 1 else (64,)):
+        fused = trace(TraceSpec(name, op, "fp32", w, w, frames=frames), fake=False)
+        math = trace(TraceSpec(name, op, "fp32", w, w, frames=frames, attention="math"), fake=False)
+        assert math.attention_peak_bytes > 0
+        assert math.peak_bytes == max(fused.peak_bytes, math.attention_peak_bytes)
+        assert math.peak_bytes == trace(TraceSpec(name, op, "fp32", w, w, frames=frames, attention="math")).peak_bytes
+
+
+@pytest.mark.parametrize("name,op,frames,w,h", [
+    ("tiny-kl", "decode", 1, 320, 192), ("tiny-kl", "encode", 1, 512, 512),
+    pytest.param("tiny-hunyuanvideo", "decode", 13, 192, 128, marks=pytest.mark.slow),
+    pytest.param("tiny-wan", "decode", 21, 320, 256, marks=pytest.mark.slow)])
+def test_a_math_structure_reproduces_fresh_math_dry_runs(name, op, frames, w, h):
+    """Derived from the grid, priced as max(fused structure, attention structure), against a dry run off it."""
+    fused = derive(_entries(grid(name, op, "fp32", False)), name, op, "fp32", False)
+    attn = derive(_entries(grid(name, op, "fp32", False, "math")), name, op, "fp32", False, "math")
+    doc = {"models": {name: {"architecture": name}},
+           "structures": {est.structure_key(name, op, "fp32", False): fused,
+                          est.structure_key(name, op, "fp32", False, "math"): attn}}
+    fresh = trace(TraceSpec(name, op, "fp32", w, h, frames=frames, attention="math")).peak_bytes
+    priced = est.dry_run_bytes(doc, name, op, w, h, dtype="fp32", frames=frames, attention="math")
+    assert priced == pytest.approx(fresh, rel=0.01)
+    assert est.dry_run_bytes(doc, name, op, w, h, dtype="fp32", frames=frames) <= priced
 
 
 def test_a_structure_needs_its_whole_grid():
@@ -153,3 +199,79 @@ def test_leave_one_architecture_out_prices_the_held_out_one_from_the_rest(tmp_pa
     assert {r["architecture"] for r in rows} == {"sd15", "flux1", "cogview4"}
     for r in rows:
         assert r["under"] == 0 and 1.0 <= r["median"] <= 1.15
+
+
+# ---- the math attention path ------------------------------------------------------------------------------------
+
+PACKAGED = ROOT / "vaemem" / "coefficients.json"
+GPU = dict(dtype="fp32", backend="cudnn", allocator="native", os="linux", coefficients=PACKAGED)
+
+
+def test_the_math_path_prices_the_score_matrices_where_the_op_has_attention():
+    """sd15 decode at 2048 px: the math path's dry-run peak is 2.7x the fused one (a fresh dry run says so), and the
+    fallback on an unmeasured platform scales with it; cogview4 has no attention module: the same price."""
+    doc = est.load(PACKAGED)
+    fresh = trace(TraceSpec("sd15", "decode", "fp32", 2048, 2048, attention="math")).peak_bytes
+    assert est.dry_run_bytes(doc, "sd15", "decode", 2048, 2048, dtype="fp32", attention="math") == \
+        pytest.approx(fresh, rel=0.01)
+    fused = est.working_memory_bytes("sd15", "decode", 2048, 2048, **GPU)
+    math = est.explain("sd15", "decode", 2048, 2048, attention="math", **GPU)
+    assert math.bytes > 2 * fused and "score matrices" in math.reason
+    assert est.working_memory_bytes("sd15", "decode", 512, 512, attention="math", **GPU) == \
+        est.working_memory_bytes("sd15", "decode", 512, 512, **GPU)  # small: the convolutions still set the peak
+    same = est.explain("cogview4", "decode", 2048, 2048, attention="math", **GPU)
+    assert same.bytes == est.working_memory_bytes("cogview4", "decode", 2048, 2048, **GPU)
+    assert "no attention module" in same.reason
+
+
+def test_the_math_path_is_refused_where_it_cannot_be_priced(tmp_path):
+    with pytest.raises(ValueError, match="unknown attention path 'flash'"):
+        est.working_memory_bytes("sd15", "decode", 512, 512, attention="flash", **GPU)
+    doc = json.loads(PACKAGED.read_text())
+    for m in doc["models"].values():
+        del m["attention_ops"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    kw = {**GPU, "coefficients": old}
+    assert est.working_memory_bytes("sd15", "decode", 512, 512, **kw) > 0  # fused still prices
+    with pytest.raises(ValueError, match="does not say which ops of sd15 hold attention; refit"):
+        est.working_memory_bytes("sd15", "decode", 512, 512, attention="math", **kw)
+    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=PACKAGED)
+    with pytest.raises(ValueError, match="no dry-run structure of wan21 decode fp32 tiled"):
+        est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, attention="math", **cpu)
+    assert est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, **cpu) > 0
+
+
+# ---- slicing ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,op,frames,w,h,batch", [("tiny-kl", "decode", 1, 320, 192, 3),
+                                                      ("tiny-kl", "encode", 1, 192, 192, 4),
+                                                      ("tiny-wan", "encode", 9, 96, 64, 2)])
+def test_a_sliced_batch_is_one_samples_peak_plus_the_outputs_before_it(name, op, frames, w, h, batch):
+    """Priced from the untiled structure (derived from unsliced batch-1 dry runs) against a fresh sliced dry run,
+    and on real tensors the same."""
+    s = derive(_entries(grid(name, op, "fp32", False)), name, op, "fp32", False)
+    doc = {"models": {name: {"architecture": name}}, "structures": {est.structure_key(name, op, "fp32", False): s}}
+    spec = TraceSpec(name, op, "fp32", w, h, batch=batch, frames=frames, slicing=True)
+    fresh = trace(spec)
+    assert fresh.peak_bytes == trace(spec, fake=False).peak_bytes
+    priced = est.dry_run_bytes(doc, name, op, w, h, dtype="fp32", batch=batch, frames=frames, slicing=True)
+    assert priced == pytest.approx(fresh.peak_bytes, rel=0.01)
+    assert priced < est.dry_run_bytes(doc, name, op, w, h, dtype="fp32", batch=batch, frames=frames)
+
+
+def test_slicing_in_the_estimator():
+    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=PACKAGED)
+    whole = est.working_memory_bytes("sd15", "decode", 1024, 1024, batch=4, **cpu)
+    one = est.working_memory_bytes("sd15", "decode", 1024, 1024, **cpu)
+    sliced = est.explain("sd15", "decode", 1024, 1024, batch=4, slicing=True, **cpu)
+    assert one < sliced.bytes < 1.1 * one < whole and "sliced" in sliced.reason
+    fresh = trace(TraceSpec("sd15", "decode", "fp32", 1024, 1024, batch=4, slicing=True)).peak_bytes
+    doc = est.load(PACKAGED)
+    assert est.dry_run_bytes(doc, "sd15", "decode", 1024, 1024, dtype="fp32", batch=4, slicing=True) == \
+        pytest.approx(fresh, rel=0.01)
+    fallback = est.working_memory_bytes("flux1", "decode", 1024, 1024, batch=3, slicing=True, **GPU)
+    assert est.working_memory_bytes("flux1", "decode", 1024, 1024, **GPU) < fallback < \
+        est.working_memory_bytes("flux1", "decode", 1024, 1024, batch=3, **GPU)
+    with pytest.raises(ValueError, match="slicing must be True or False"):
+        est.working_memory_bytes("sd15", "decode", 512, 512, slicing="yes", **cpu)

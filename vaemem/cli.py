@@ -82,6 +82,14 @@ def measure(
     batch: list[int] = typer.Option([], "--batch", help="batch size (repeatable, default 1)"),
     frames: list[int] = typer.Option([], "--frames", help="frames for video models (repeatable, default 17)"),
     tile: list[int] = typer.Option([], "--tile", help="square tile side in px for tiled decode/encode (repeatable)"),
+    overlap: list[float] = typer.Option([], "--overlap", help="tile overlap fraction of tiled points (repeatable, "
+                                        "default 0.25, diffusers' own)"),
+    slicing: bool = typer.Option(False, "--slicing", help="diffusers' enable_slicing: batches one sample at a "
+                                 "time (points of batch > 1)"),
+    attention_path: str = typer.Option("fused", "--attention", help="fused (SDPA kernels) or math (torch's "
+                                       "math kernel only: score matrices materialised)"),
+    conv3d_path: str = typer.Option("native", "--conv3d", help="native, or decomposed (conv3d as conv2d: Wan, "
+                                    "MiniMax-H3)"),
     allocator: list[str] = typer.Option([], "--allocator", help="native, cudaMallocAsync, expandable, "
                                         "expandable-off (GPU); glibc, glibc-fixed (CPU). Repeatable"),
     sweep: Optional[Path] = typer.Option(None, "--sweep", help="a sweep file (TOML or JSON) instead of grid options"),
@@ -112,8 +120,9 @@ def measure(
     budget: tuple | None = None
     try:
         if sweep is not None:
-            if model or op or dtype or res:
-                raise VaememError("give either --sweep or grid options (--model/--op/--dtype/--res), not both")
+            if model or op or dtype or res or overlap or slicing or attention_path != "fused" \
+                    or conv3d_path != "native":
+                raise VaememError("give either --sweep or grid options (--model/--op/--dtype/--res, ...), not both")
             sw = load_sweep(sweep, device)
             points, runs = sw.points, sw.runs if runs == 2 else runs
             if sw.budget_s is not None:  # a plan carries its device and its budget
@@ -121,7 +130,8 @@ def measure(
                 budget = (sw.budget_s, sw.predicted_s)
         else:
             points = pt.build_grid(model, op, dtype, res, batch or None, frames or None,
-                                   list(tile) or None, allocator or None, device)
+                                   list(tile) or None, allocator or None, device, list(overlap) or None,
+                                   [slicing], [attention_path], [conv3d_path])
         shard_k_n = pt.parse_shard(shard_spec) if shard_spec else None
         if shard_k_n:
             points = pt.shard(points, *shard_k_n)
@@ -183,14 +193,15 @@ def trace(
                                              "(e.g. fits/traces.json)"),
     zoo: bool = typer.Option(False, "--zoo", help="instead of a grid: every dry run that derives the structure of "
                              "every real architecture (what `vaemem fit` reads from fits/traces.json)"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="dry runs at a time, each in a process of its own (they "
+                             "use one core each)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...)"),
 ) -> None:
     """Dry-run decode or encode on fake tensors: the exact peak of live tensor bytes the op creates (its input
     and the weights are baseline), where it happens and how much is the output. No device, no memory."""
     from vaemem.measuring.point import parse_res
     from vaemem.tracing import cache as tc
-    from vaemem.tracing.trace import TraceSpec, load_config
-    from vaemem.tracing.trace import trace as run_trace
+    from vaemem.tracing.trace import TraceSpec, load_config, trace_many
 
     try:
         cfg = None
@@ -211,13 +222,13 @@ def trace(
                      for t in (tile or [None])]
         if record_to is not None and cfg is not None:
             raise VaememError("--record keeps zoo models only: a config file has no stable name")
+        if jobs < 1:
+            raise VaememError(f"--jobs must be 1 or more, got {jobs}")
         doc = tc.read_cache(record_to) if record_to is not None and record_to.exists() else None
         done = set(doc["entries"]) if zoo and doc is not None else set()
         results = []
-        for s in specs:
-            if s.key in done:  # a resumed --zoo --record skips what the cache holds
-                continue
-            results.append(run_trace(s, cfg))
+        for r in trace_many([s for s in specs if s.key not in done], cfg, jobs):  # a resumed --zoo skips the cached
+            results.append(r)
             if record_to is not None:  # one at a time: an interrupted --zoo keeps what it traced
                 doc = tc.record(record_to, results[-1:], doc)
         if zoo and record_to is not None:  # the cache holds exactly the zoo grid
@@ -233,11 +244,12 @@ def trace(
         return
     from rich.table import Table
 
-    table = Table("point", "peak MiB", "output MiB", "input MiB", "peak in", "replayed", "s",
+    table = Table("point", "peak MiB", "output MiB", "input MiB", "attention MiB", "peak in", "replayed", "s",
                   title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})")
     for r in results:
         table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}", f"{r.output_bytes / MIB:.1f}",
-                      f"{r.input_bytes / MIB:.1f}", r.peak_module, str(r.replayed_calls), f"{r.wall_s:.2f}")
+                      f"{r.input_bytes / MIB:.1f}", f"{r.attention_peak_bytes / MIB:.1f}" if r.attention_peak_bytes
+                      else "-", r.peak_module, str(r.replayed_calls), f"{r.wall_s:.2f}")
     _console().print(table)
     if record_to is not None:
         typer.echo(f"recorded {len(results)} dry runs in {record_to}")
@@ -517,9 +529,11 @@ def diff(
         _fail(e)
 
 
-def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os_: str | None) -> tuple[str, str, str]:
+def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os_: str | None,
+                      attention: str | None) -> tuple[str, str, str, str]:
     """The platform keys estimate was not given, and a line on stderr saying what it assumed. Only a missing
-    backend imports torch (its detect_platform); the allocator and OS need the environment only."""
+    backend imports torch (its detect_platform); the allocator and OS need the environment only. The attention
+    path is detected with the backend, else fused."""
     from vaemem import estimate as est
 
     said = []
@@ -532,14 +546,17 @@ def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os
         if allocator is None:
             allocator = found["allocator"]
             said.append(f"allocator {allocator} (detected)")
+        if attention is None:
+            attention = found["attention"]
+            said.append(f"attention {attention} (detected)")
     os_ = os_ or est.os_key()
     if allocator is None:
         allocator = est.detect_allocator(backend, os=os_)
         said.append(f"allocator {allocator} (from this environment)")
     if said:
-        typer.echo("assumed " + ", ".join(said) + f", os {os_}; pass --backend/--allocator/--os to price another "
-                   "platform", err=True)
-    return backend, allocator, os_
+        typer.echo("assumed " + ", ".join(said) + f", os {os_}; pass --backend/--allocator/--os/--attention to "
+                   "price another platform", err=True)
+    return backend, allocator, os_, attention or "fused"
 
 
 @app.command(name="estimate")
@@ -560,6 +577,11 @@ def estimate_cmd(
     batch: int = typer.Option(1, help="images (or clips) per call"),
     frames: int = typer.Option(1, help="frames of a clip (video models; each class has its rule, e.g. 1 + 4k)"),
     tile: Optional[int] = typer.Option(None, help="spatial tile side in px (diffusers' tiling, overlap 0.25)"),
+    attention: Optional[str] = typer.Option(None, help="attention path: fused (an SDPA kernel) or math (no fused "
+                                            "kernel: score matrices materialised); default: detected with the "
+                                            "backend, else fused"),
+    slicing: bool = typer.Option(False, "--slicing", help="diffusers' enable_slicing: a batch run one sample at "
+                                 "a time"),
     budget: Optional[float] = typer.Option(None, help="MiB the app can reserve: also print the largest tile that "
                                            "fits (spatial tiling only; tiling in time is out of scope)"),
     coefficients: Optional[list[Path]] = typer.Option(None, help="coefficient file (default: the packaged one); "
@@ -572,10 +594,10 @@ def estimate_cmd(
 
     try:
         w, h = parse_res(res)
-        backend, allocator, os_ = _assumed_platform(dtype, backend, allocator, os_)
+        backend, allocator, os_, attention = _assumed_platform(dtype, backend, allocator, os_, attention)
         coef: Any = None if not coefficients else coefficients[0] if len(coefficients) == 1 else list(coefficients)
         kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os_, batch=batch,
-                  frames=frames, cast=cast, coefficients=coef)
+                  frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coef)
         e = est.explain(model, op, w, h, tile=tile, **kw)
         fit = None
         if budget is not None:
@@ -591,7 +613,8 @@ def estimate_cmd(
     except VaememError as err:
         _fail(err)
     if as_json:
-        typer.echo(json.dumps({**e.to_dict(), "platform": {"backend": backend, "allocator": allocator, "os": os_},
+        typer.echo(json.dumps({**e.to_dict(), "platform": {"backend": backend, "allocator": allocator, "os": os_,
+                                                            "attention": attention},
                                **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
         return
     typer.echo(f"{e.bytes / MIB:.0f} MiB for {model} {op} {w}x{h} {dtype} ({e.source}: {e.reason})")

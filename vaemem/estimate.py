@@ -32,6 +32,11 @@ one per measured architecture and one pooled over the class. Pricing, in this de
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
 
+The **attention path** (``attention="math"`` where no fused SDPA kernel runs, as ``detect_platform`` reports): the
+dry-run peak becomes ``max(fused structure, attention structure)``, the latter the live bytes while an attention
+module runs with its (tokens x tokens) score matrices, quadratic in area (tiled: one tile's attention peak on top,
+an upper bound). The calibration lines were measured on the fused path and price that peak as they find it.
+
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
 of the whole VAE (``cast="model"``, the default: what ``.to(dtype)`` casts) or of the half the op runs
@@ -61,6 +66,7 @@ OPS = ("decode", "encode")
 BACKENDS = ("cudnn", "miopen", "onednn", "aten", "mps", "xpu")
 ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed", "system")
 OSES = ("linux", "windows", "darwin")
+ATTENTION = ("fused", "math")  # the attention path: a fused SDPA kernel, or the math path's score matrices
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
 
 # The legacy rule (prior-art.md), reproduced exactly: bytes = H * W * element_size * k (+ 250 MiB for an fp32
@@ -264,6 +270,10 @@ def _check_structure(s: dict, where: str) -> None:
         v = _field(s, name, where, "list")
         _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.{name}", f"{len(knots)} numbers", v)
     _need(min(s["bytes_per_pixel"]) >= 0, f"{where}.bytes_per_pixel", "non-negative", s["bytes_per_pixel"])
+    if "output_bytes_per_pixel" in s:
+        o = _field(s, "output_bytes_per_pixel", where, "list")
+        _need(len(o) == len(knots) and all(_num(x) and x >= 0 for x in o), f"{where}.output_bytes_per_pixel",
+              f"{len(knots)} non-negative numbers", o)
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
     area_min = s.get("area_min") or 64 * 64
@@ -315,6 +325,10 @@ def validate(data: object, source: str = "coefficients") -> dict:
         for name in ("refused", "refused_tiled"):
             if name in m:
                 _field(m, name, w, "dict")
+        if "attention_ops" in m:
+            _need(isinstance(m["attention_ops"], list) and all(isinstance(o, str) and o in OPS
+                                                               for o in m["attention_ops"]),
+                  f"{w}.attention_ops", f"a list of {', '.join(OPS)}", m["attention_ops"])
         if "ops" in m:
             _need(isinstance(m["ops"], list) and all(isinstance(o, str) and o in OPS for o in m["ops"]), f"{w}.ops",
                   f"a list of {', '.join(OPS)}", m["ops"])
@@ -382,8 +396,9 @@ def calibration_id(key: dict, kernel: str) -> str:
     return f"{kernel}/{platform_id(key)}"
 
 
-def structure_key(architecture: str, op: str, dtype: str, tiled: bool) -> str:
-    return f"{architecture}/{op}/{STRUCTURE_DTYPE[dtype]}/{_tiling(tiled)}"
+def structure_key(architecture: str, op: str, dtype: str, tiled: bool, attention: str = "fused") -> str:
+    """``sd15/decode/fp32/untiled``; the math path's attention structure adds ``/math``."""
+    return f"{architecture}/{op}/{STRUCTURE_DTYPE[dtype]}/{_tiling(tiled)}" + ("/math" if attention == "math" else "")
 
 
 def _index(data: dict) -> None:
@@ -411,7 +426,22 @@ def compile_structure(s: dict) -> tuple:
     if s["kind"] == "tiled":
         return (True, tuple(s["coef"]), s["spatial_factor"], s["overlap"])
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
-            tuple(s["base_bytes"]), s.get("area_min", 0))
+            tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())))
+
+
+def output_per_pixel(c: tuple, frames: int) -> float | None:
+    """Bytes per pixel of one sample's output at ``frames`` (interpolated between knots as :func:`frame_terms`),
+    from an untiled compiled structure; None where the structure does not carry it."""
+    knots, o = c[1], c[6]
+    if not o:
+        return None
+    n = len(knots)
+    if n == 1 or frames <= knots[0]:
+        return o[0]
+    i = 1
+    while i < n - 1 and knots[i] < frames:
+        i += 1
+    return o[i - 1] + (o[i] - o[i - 1]) * (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
 
 
 def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
@@ -535,11 +565,11 @@ def _positive_int(name: str, v: object) -> int:
 
 
 def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str, os: str,
-                   cast: str) -> None:
+                   cast: str, attention: str) -> None:
     """Checks that need no coefficient file: every key names one of its valid choices (a typo is refused, never
     priced by the fallback)."""
     for name, v in (("op", op), ("dtype", dtype), ("backend", backend), ("allocator", allocator), ("os", os),
-                    ("cast", cast)):
+                    ("cast", cast), ("attention", attention)):
         if not isinstance(v, str):
             raise ValueError(f"{name} must be a string, got {v!r}")
     if loaded_dtype is not None and not isinstance(loaded_dtype, str):
@@ -557,18 +587,24 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
     if cast not in CAST:
         raise ValueError(f"unknown cast {cast!r}; choose one of: {', '.join(CAST)}")
+    if attention not in ATTENTION:
+        raise ValueError(f"unknown attention path {attention!r}; choose one of: {', '.join(ATTENTION)}")
 
 
 class _Plan:
-    """What pricing resolves once per request key (model, op, dtype, loaded dtype, platform, tiled, cast): the
-    model's rules, the path (calib, pixel or fallback) and its constants. ``price`` adds only the sizes."""
+    """What pricing resolves once per request key (model, op, dtype, loaded dtype, platform, tiled, cast,
+    attention path): the model's rules, the path (calib, pixel or fallback) and its constants. ``price`` adds only
+    the sizes."""
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
-                 "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms")
+                 "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
+                 "attn", "attn_terms", "out")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
-                 allocator: str, os: str, tiled: bool, cast: str) -> None:
-        _check_request(op, dtype, loaded_dtype, backend, allocator, os, cast)
+                 allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
+        _check_request(op, dtype, loaded_dtype, backend, allocator, os, cast, attention)
+        if type(slicing) is not bool:
+            raise ValueError(f"slicing must be True or False, got {slicing!r}")
         models = coef["models"]
         if not isinstance(model, str):
             raise ValueError(f"model must be a string, got {model!r}")
@@ -600,6 +636,29 @@ class _Plan:
         s = structures.get(structure_key(arch, op, dtype, tiled))
         self.cs = None if s is None else compile_structure(s)
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
+        # the math attention path: the dry-run peak is max(fused structure, attention structure); None where the
+        # op has no attention module (the math path changes nothing) or the path is fused
+        self.attn, self.attn_terms = None, {}
+        if attention == "math":
+            if "attention_ops" not in m:
+                raise ValueError(f"this coefficient file does not say which ops of {model} hold attention; refit "
+                                 f"it with `vaemem fit` to price the math attention path")
+            if op in m["attention_ops"]:
+                a = structures.get(structure_key(arch, op, dtype, False, "math"))
+                if a is None or s is None:
+                    raise ValueError(f"no {'math-attention ' if s is not None else ''}dry-run structure of {model} "
+                                     f"{op} {dtype}{' tiled' if tiled else ''} in this coefficient file: the math "
+                                     f"attention path's score matrices cannot be priced")
+                self.attn = compile_structure(a)
+        # slicing (diffusers' enable_slicing, one sample at a time): the peak of one sample plus the outputs of the
+        # samples before it, exact in dry runs; the output's bytes per pixel come from the untiled structure
+        self.out = None
+        if slicing:
+            u = s if not tiled else structures.get(structure_key(arch, op, dtype, False))
+            self.out = None if u is None else compile_structure(u)
+            if s is not None and (self.out is None or not self.out[6]):
+                raise ValueError(f"this coefficient file's structure of {model} {op} {dtype} carries no output "
+                                 f"bytes; refit it with `vaemem fit` to price slicing")
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = None
@@ -611,6 +670,9 @@ class _Plan:
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
             return
         if self.group is not None:
+            if self.attn is not None:
+                raise ValueError(f"{model} {op} on {backend}/{allocator}/{os} is priced by a measured pixel line, "
+                                 f"which cannot add the math attention path's score matrices")
             self.kind = "pixel"
             g = self.group
             self.pixel_line = (g["slope_bytes_per_pixel"], g.get("tile_slope_bytes_per_tile_pixel", 0.0),
@@ -641,6 +703,7 @@ class _Plan:
                                             (("width", width), ("height", height), ("batch", batch),
                                              ("frames", frames)))
         w, h, b, f, t = width, height, batch, frames, tile
+        sliced = self.out is not None and b > 1  # type: ignore[operator]
         sf = self.factor
         if w % sf or h % sf:  # type: ignore[operator]
             raise ValueError(f"{self.model} needs width and height in multiples of {sf} px, got {w}x{h}")
@@ -677,13 +740,29 @@ class _Plan:
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
             floor = _legacy(*self.legacy, w, h, b, f, t)
             return floor + self.cast_bytes, 0, None, floor, "", 0.0
-        dry = structure_eval(cs, w, h, b, f, t, None if cs[0] else
+        bs = 1 if sliced else b  # the samples in flight at once
+        dry = structure_eval(cs, w, h, bs, f, t, None if cs[0] else
                              self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)))
+        ac = self.attn
+        if ac is not None:  # math path: the attention modules' peak, of the whole image or of one tile on top
+            terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
+            if t is None:
+                a = structure_eval(ac, w, h, bs, f, None, terms)
+                dry = a if a > dry else dry
+            else:  # an upper bound: a tile's attention peak counts its own working set again
+                dry += structure_eval(ac, t, t, bs, f, None, terms)
+        one = dry / bs  # the dry-run peak of one sample
+        if sliced:
+            dry = one + (b - 1) * output_per_pixel(self.out, f) * w * h  # type: ignore[operator,arg-type]
         if kind == "calib":
-            env = int(calibration_bytes(self.line, dry, dry / b, self.arch_video and f == 1))  # type: ignore[arg-type]
+            env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1))  # type: ignore[arg-type]
             return env + self.cast_bytes, env, dry, 0, "", 0.0
-        floor = _legacy(*self.legacy, w, h, b, 1, t)  # the fallback: a clip's legacy rule is of one frame
-        ref = 0.0 if self.cref is None else structure_eval(self.cref, w, h, b, 1, t, self.ref_terms)
+        # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
+        floor = _legacy(*self.legacy, w, h, bs, 1, t)
+        ref = 0.0 if self.cref is None else structure_eval(self.cref, w, h, bs, 1, t, self.ref_terms)
+        if sliced:
+            floor = int(floor * dry / one)
+            ref = ref * dry / one
         if not ref:
             return floor + self.cast_bytes, 0, dry, floor, "", 0.0
         env = int(floor * dry / ref)
@@ -691,8 +770,8 @@ class _Plan:
 
 
 def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str,
-          os: str, tiled: bool, cast: str) -> _Plan:
-    key = (model, op, dtype, loaded_dtype, backend, allocator, os, tiled, cast)
+          os: str, tiled: bool, cast: str, attention: str = "fused", slicing: bool = False) -> _Plan:
+    key = (model, op, dtype, loaded_dtype, backend, allocator, os, tiled, cast, attention, slicing)
     plans = coef["_plans"]
     try:
         plan = plans.get(key)
@@ -723,12 +802,27 @@ def _doc(coefficients: object) -> dict:
 
 
 def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
-                  frames: int = 1, tile: int | None = None) -> float | None:
-    """The dry-run peak (bytes of live tensors the op creates) from the file's structure, or None where no
-    structure covers the request (tiled video, an architecture never dry-run)."""
+                  frames: int = 1, tile: int | None = None, attention: str = "fused",
+                  slicing: bool = False) -> float | None:
+    """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
+    structure covers the request (tiled video, an architecture never dry-run). On the math attention path:
+    ``max(fused peak, attention peak)`` untiled, a tile's attention peak on top of the fused peak tiled. Sliced:
+    one sample's peak plus ``batch - 1`` outputs."""
     m = coef["models"][model]
-    s = coef.get("structures", {}).get(structure_key(m["architecture"], op, dtype, tile is not None))
-    return None if s is None else structure_bytes(s, width, height, batch, frames, tile)
+    structures = coef.get("structures", {})
+    s = structures.get(structure_key(m["architecture"], op, dtype, tile is not None))
+    if s is None:
+        return None
+    bs = 1 if slicing else batch
+    dry = structure_bytes(s, width, height, bs, frames, tile)
+    a = structures.get(structure_key(m["architecture"], op, dtype, False, "math")) if attention == "math" else None
+    if a is not None:
+        attn = structure_bytes(a, *((width, height) if tile is None else (tile, tile)), bs, frames, None)
+        dry = max(dry, attn) if tile is None else dry + attn
+    if slicing and batch > 1:
+        u = compile_structure(structures[structure_key(m["architecture"], op, dtype, False)])
+        dry += (batch - 1) * output_per_pixel(u, frames) * width * height  # type: ignore[operator]
+    return dry
 
 
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
@@ -742,17 +836,28 @@ def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool) -> f
 
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
             backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1, tile: int | None = None,
-            cast: str = "model", coefficients: object = None) -> Estimate:
+            cast: str = "model", attention: str = "fused", slicing: bool = False,
+            coefficients: object = None) -> Estimate:
     """The reservation in bytes for one decode/encode, with its reasoning (see the module docstring).
 
     ``cast``: which weights the app cast from ``loaded_dtype`` to ``dtype``: ``"model"`` (the whole VAE, what
-    loading and ``.to(dtype)`` do) or ``"op"`` (only the half the op runs)."""
-    plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast)
+    loading and ``.to(dtype)`` do) or ``"op"`` (only the half the op runs). ``attention``: ``"fused"`` (an SDPA
+    kernel) or ``"math"`` (no fused kernel: the score matrices are materialised; ``detect_platform`` says which);
+    the math path's dry-run peak is priced by the platform's line, which was measured on the fused path.
+    ``slicing``: diffusers' ``enable_slicing`` (a batch decoded one sample at a time)."""
+    plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
+                 attention, slicing)
     total, env, dry, floor, note, ref = plan.price(width, height, batch, frames, tile)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     cast_note = ""
+    if attention == "math":
+        cast_note = ("; math attention path: dry-run peak with its score matrices" if plan.attn is not None else
+                     "; math attention path: no attention module in this op, so the same as fused")
+    if slicing and int(batch) > 1:
+        cast_note += ("; sliced: one sample's peak plus the outputs of the samples before it" if plan.out is not None
+                      else "; sliced, priced as unsliced (an upper bound: no dry-run structure)")
     if plan.cast_bytes:
-        cast_note = (f"; cast {plan.cast_params:,} parameters ("
+        cast_note += (f"; cast {plan.cast_params:,} parameters ("
                      f"{'the whole model' if cast == 'model' else 'its ' + ('decoder' if op == 'decode' else 'encoder')}"
                      f") from {loaded_dtype} to {dtype}")
     if plan.kind == "calib":
@@ -788,25 +893,28 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
 
 def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
                          backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1,
-                         tile: int | None = None, cast: str = "model", coefficients: object = None) -> int:
+                         tile: int | None = None, cast: str = "model", attention: str = "fused",
+                         slicing: bool = False, coefficients: object = None) -> int:
     """Bytes to reserve for one VAE ``op`` of ``width`` x ``height`` pixels; see :func:`explain` for the reasoning.
     The hot path: after the first call of a key it only checks and prices the sizes."""
     coef = _CACHE.get(None) if coefficients is None else None
     if coef is None:
         coef = _doc(coefficients)
     try:
-        plan = coef["_plans"].get((model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast))
+        plan = coef["_plans"].get((model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
+                                   attention, slicing))
     except TypeError:
         plan = None
     if plan is None:
-        plan = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast)
+        plan = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast, attention,
+                     slicing)
     return plan.price(width, height, batch, frames, tile)[0]
 
 
 def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int, *, dtype: str,
                  loaded_dtype: str | None = None, backend: str, allocator: str, os: str, batch: int = 1,
-                 frames: int = 1, candidates: object = None, cast: str = "model",
-                 coefficients: object = None) -> dict:
+                 frames: int = 1, candidates: object = None, cast: str = "model", attention: str = "fused",
+                 slicing: bool = False, coefficients: object = None) -> dict:
     """The largest spatial tile whose reservation fits ``budget_bytes``, among ``candidates`` (default
     :data:`TILE_CANDIDATES`; those smaller than the image and multiples of the model's spatial factor).
 
@@ -814,7 +922,7 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     Tiling in time (frame chunks) is out of scope: a clip is tiled in space only, every frame at once."""
     budget = _positive_int("budget_bytes", budget_bytes)
     kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os, batch=batch,
-              frames=frames, cast=cast, coefficients=coefficients)
+              frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coefficients)
     untiled = working_memory_bytes(model, op, width, height, **kw)  # also checks every argument
     f = _doc(coefficients)["models"][model]["spatial_factor"]
     if candidates is not None and not isinstance(candidates, (list, tuple, set, frozenset, range)):

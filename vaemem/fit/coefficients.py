@@ -24,6 +24,11 @@ from vaemem.estimate import GROUP_KEYS, calibration_bytes, group_id  # the estim
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
+from vaemem.measuring.point import DEFAULT_OVERLAP, variant_suffix
+
+# A point's variant fields and their defaults (lines measured before they existed carry none). A group of
+# variant points (``.../untiled/sliced``) enters the calibrations through its dry runs and gets no pixel line.
+VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
 
 COEFFICIENTS_SCHEMA_VERSION = 2
 EXCEPTIONS_SCHEMA_VERSION = 1
@@ -121,6 +126,7 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         pd = points.get(ident)
         if pd is None:
             shape = {k: r[k] for k in ("model", "width", "height", "batch", "frames", "tile")}
+            shape.update({k: r.get(k, d) for k, d in VARIANT_DEFAULTS.items()})
             pd = points[ident] = PointDemand(rig["name"], r["point_key"], pixels, (r["tile"] or 0) ** 2, demand,
                                              0, rig.get("backend", "?"), shape,
                                              torch_version=str(rig.get("torch_version", "?")))
@@ -132,7 +138,7 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         raise VaememError("no run with status ok in the measurements: nothing to fit")
     groups: dict[str, tuple[dict[str, Any], list[PointDemand]]] = {}
     for ident, pd in sorted(points.items()):
-        gid = group_id(keys[ident])
+        gid = group_id(keys[ident]) + variant_suffix(*(pd.point[k] for k in VARIANT_DEFAULTS))
         groups.setdefault(gid, (keys[ident], []))[1].append(pd)
     for gid, (_, pts) in groups.items():
         backends = {p.backend for p in pts}
@@ -176,7 +182,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     """Fit every group and build the coefficient document (a dict, ready for :func:`dumps`). ``traces`` is the
     dry-run cache (:mod:`vaemem.tracing.cache`) the structures are derived from; without it the file has pixel
     lines only."""
-    from vaemem.models.zoo import OP_PARAMETERS, PARAMETERS, registry
+    from vaemem.models.zoo import ATTENTION_OPS, OP_PARAMETERS, PARAMETERS, registry
     from vaemem.tracing.structure import derive_all
 
     if not 0 <= margin < 1:
@@ -201,6 +207,11 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
                                       f"{line['worst_ratio']:.2f}x a measured demand")
     for gid, (key, pts) in sorted(data.groups.items()):
         if gid in calibrated:
+            continue
+        if gid != group_id(key):
+            unfitted.append({**key, "group": gid, "n_points": len(pts),
+                             "reason": "a variant (overlap, slicing, attention or conv3d path): priced through its "
+                                       "dry run by its platform's calibration, never by a pixel line"})
             continue
         pixels = [p.pixels for p in pts]
         if len(set(pixels)) < 2:
@@ -233,6 +244,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
                      "frame_step": s.info.frame_step, "kernel": s.kernel, "ops": list(s.ops),
                      "refused": {op: s.refusal(op) for op in ("decode", "encode") if s.refusal(op)},
                      "refused_tiled": {op: s.tiled_refusal(op) for op in ("decode", "encode") if s.tiled_refusal(op)},
+                     "attention_ops": list(ATTENTION_OPS[name]),
                      "family": "sd" if s.class_name == "AutoencoderKL" and s.latent_channels == 4 else s.family}
               for name, s in reg.items() if s.architecture in archs or not s.tiny}
     document = {
@@ -260,15 +272,36 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     return FitResult(document, violations)
 
 
-def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple[float, float] | None:
-    """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structure."""
-    from vaemem import estimate as est
-
-    s = structures.get(est.structure_key(key["architecture"], key["op"], key["dtype"], key["tiled"]))
-    if s is None:
+def request_of(point: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | None:
+    """The estimator's keyword arguments that price a measured point (after model, op, width, height), or None
+    for a variant the estimator cannot express (another tile overlap, the conv3d decomposition)."""
+    if point.get("overlap", DEFAULT_OVERLAP) != DEFAULT_OVERLAP or point.get("conv3d", "native") != "native":
         return None
+    return {"dtype": key["dtype"], "backend": key["conv_backend"], "allocator": key["allocator"], "os": key["os"],
+            "batch": point["batch"], "frames": point["frames"], "tile": point["tile"],
+            "attention": point.get("attention", "fused"), "slicing": point.get("slicing", False)}
+
+
+def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple[float, float] | None:
+    """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structures (the
+    estimator's evaluation, variants included); None where none covers it: a tile overlap other than the
+    structures' 0.25, the conv3d decomposition, or a math-path point of an op with attention but no math
+    structure."""
+    from vaemem import estimate as est
+    from vaemem.models.zoo import ATTENTION_OPS
+
+    arch, op, dtype = key["architecture"], key["op"], key["dtype"]
+    if point.get("overlap", DEFAULT_OVERLAP) != DEFAULT_OVERLAP or point.get("conv3d", "native") != "native":
+        return None
+    attention = point.get("attention", "fused")
+    if attention == "math" and op in ATTENTION_OPS[arch] and \
+            est.structure_key(arch, op, dtype, False, "math") not in structures:
+        return None
+    doc = {"models": {arch: {"architecture": arch}}, "structures": structures}
     w, h, f, t = point["width"], point["height"], point["frames"], point["tile"]
-    return (est.structure_bytes(s, w, h, point["batch"], f, t), est.structure_bytes(s, w, h, 1, f, t))
+    kw = dict(dtype=dtype, frames=f, tile=t, attention=attention)
+    dry = est.dry_run_bytes(doc, arch, op, w, h, batch=point["batch"], slicing=point.get("slicing", False), **kw)
+    return None if dry is None else (dry, est.dry_run_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
 def calibration_line(rows: list[tuple[float, float, int, bool]], margin: float) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
+from vaemem.estimate import ATTENTION
 from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
@@ -19,14 +20,19 @@ DTYPES = ("fp16", "bf16", "fp32")
 GPU_ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off")
 CPU_ALLOCATORS = ("glibc", "glibc-fixed")
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+CONV3D = ("native", "decomposed")
+DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
+DEFAULT_OVERLAP = 0.25  # diffusers' tile_overlap_factor
 
 
 @dataclass(frozen=True, order=True)
 class Point:
-    """One (model, op, dtype, size, batch, frames, tile, allocator, device) to measure.
+    """One (model, op, dtype, size, batch, frames, tile, allocator, device, variant) to measure.
 
     ``width``/``height`` are pixels of the image (decode output, encode input); ``frames`` is 1 for image
-    models; ``tile`` is the square tile side in pixels for diffusers' tiled decode/encode, or None.
+    models; ``tile`` is the square tile side in pixels for diffusers' tiled decode/encode, or None. The variant:
+    ``overlap`` (tile overlap fraction), ``slicing`` (diffusers' ``enable_slicing``), ``attention`` (``fused``
+    SDPA kernel or the ``math`` path) and ``conv3d`` (``native`` or the conv2d decomposition).
     """
 
     model: str
@@ -39,6 +45,10 @@ class Point:
     tile: int | None = None
     allocator: str = "glibc"
     device: str = "cpu"
+    overlap: float = DEFAULT_OVERLAP
+    slicing: bool = False
+    attention: str = "fused"
+    conv3d: str = "native"
 
     @property
     def pixels(self) -> int:
@@ -56,8 +66,14 @@ class Point:
         tile = self.tile or 0
         return (
             f"{self.model}/{self.op}/{self.dtype}/{self.width}x{self.height}/b{self.batch}/f{self.frames}"
-            f"/t{tile}/{self.allocator}/{self.device_type}"
+            f"/t{tile}/{self.allocator}/{self.device_type}{self.variant}"
         )
+
+    @property
+    def variant(self) -> str:
+        """The non-default variant fields as a key suffix (``/o0.5/sliced/math/decomposed``); "" for the default,
+        so keys of points measured before these fields existed are unchanged."""
+        return variant_suffix(self.overlap, self.slicing, self.attention, self.conv3d)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,6 +81,30 @@ class Point:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Point:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+def variant_suffix(overlap: float, slicing: bool, attention: str, conv3d: str) -> str:
+    return "".join((f"/o{overlap:g}" if overlap != DEFAULT_OVERLAP else "", "/sliced" if slicing else "",
+                    "/math" if attention != "fused" else "", "/decomposed" if conv3d != "native" else ""))
+
+
+def check_variant(spec: ModelSpec, batch: int, tile: int | None, overlap: object, slicing: object,
+                  attention: object, conv3d: object) -> None:
+    """Raise VaememError naming what is wrong with a variant of ``spec``; measurement points and dry runs both
+    call it."""
+    if attention not in ATTENTION:
+        raise VaememError(f"unknown attention path {attention!r}; choose one of: {', '.join(ATTENTION)}")
+    if conv3d not in CONV3D:
+        raise VaememError(f"unknown conv3d path {conv3d!r}; choose one of: {', '.join(CONV3D)}")
+    if conv3d == "decomposed" and spec.family not in DECOMPOSABLE:
+        raise VaememError(f"the conv3d decomposition applies to the causal conv3d of Wan and MiniMax-H3, not to "
+                          f"{spec.name} ({spec.class_name})")
+    if not isinstance(overlap, (int, float)) or isinstance(overlap, bool) or not 0.0 <= overlap < 1.0:
+        raise VaememError(f"tile overlap is a fraction in [0, 1), got {overlap!r}")
+    if overlap != DEFAULT_OVERLAP and tile is None:
+        raise VaememError(f"a tile overlap ({overlap:g}) applies to tiled points only: give a tile")
+    if not isinstance(slicing, bool):
+        raise VaememError(f"slicing is true or false, got {slicing!r}")
 
 
 def default_allocator(device: str) -> str:
@@ -121,7 +161,11 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
 
 def validate(p: Point) -> Point:
     """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
-    check_geometry(get_spec(p.model), p.op, p.dtype, p.width, p.height, p.batch, p.frames, p.tile)
+    spec = get_spec(p.model)
+    check_geometry(spec, p.op, p.dtype, p.width, p.height, p.batch, p.frames, p.tile)
+    check_variant(spec, p.batch, p.tile, p.overlap, p.slicing, p.attention, p.conv3d)
+    if p.slicing and p.batch == 1:
+        raise VaememError("slicing runs a batch one sample at a time: a sliced point needs batch > 1")
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
         raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
     allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS
@@ -140,27 +184,39 @@ def build_grid(
     tiles: list[int | None] | None = None,
     allocators: list[str] | None = None,
     device: str = "cpu",
+    overlaps: list[float] | None = None,
+    slicing: list[bool] | None = None,
+    attention: list[str] | None = None,
+    conv3d: list[str] | None = None,
 ) -> list[Point]:
     """Every combination of the options, validated, in a stable order (smallest pixels first within a setting,
-    so an OOM is met before the larger points it makes pointless)."""
+    so an OOM is met before the larger points it makes pointless). Overlaps apply to tiled points, slicing to
+    batches of more than one."""
     if not (models and ops and dtypes and resolutions):
         raise VaememError("a sweep needs at least one --model, --op, --dtype and --res")
     allocators = allocators or [default_allocator(device)]
     if frames and not any(get_spec(m).is_video for m in models):
         validate(Point(models[0], ops[0], dtypes[0], 8, 8, frames=frames[0]))  # raises: frames on an image model
     points = []
-    for model, op, dtype, res, batch, frame, tile, alloc in itertools.product(
-        models, ops, dtypes, resolutions, batches or [1], frames or [None], tiles or [None], allocators
+    for model, op, dtype, res, batch, frame, tile, alloc, ov, sl, att, c3 in itertools.product(
+        models, ops, dtypes, resolutions, batches or [1], frames or [None], tiles or [None], allocators,
+        overlaps or [DEFAULT_OVERLAP], slicing or [False], attention or ["fused"], conv3d or ["native"]
     ):
         w, h = parse_res(res)
         if not get_spec(model).is_video:
             frame = 1  # a mixed grid's --frames apply to its video models
         elif frame is None:
             frame = 17
-        points.append(validate(Point(model, op, dtype, w, h, batch, frame, tile, alloc, device)))
+        if tile is None and overlaps:
+            ov = DEFAULT_OVERLAP  # a grid's overlaps apply to its tiled points
+        if sl and batch == 1:
+            continue  # slicing splits a batch: batch 1 is the unsliced point, listed once
+        points.append(validate(Point(model, op, dtype, w, h, batch, frame, tile, alloc, device, ov, sl, att, c3)))
+    if not points:
+        raise VaememError("the grid has no point: slicing needs a batch of more than one")
     unique = dict.fromkeys(points)  # the same point named twice runs once
-    return sorted(unique, key=lambda p: (p.model, p.op, p.dtype, p.allocator, p.tile or 0, p.batch, p.frames,
-                                         p.pixels, p.width))
+    return sorted(unique, key=lambda p: (p.model, p.op, p.dtype, p.allocator, p.variant, p.tile or 0, p.batch,
+                                         p.frames, p.pixels, p.width))
 
 
 def shard(points: list[Point], k: int, n: int) -> list[Point]:

@@ -127,6 +127,14 @@ def count_op_parameters(name: str, op: str) -> int:
     return sum(p.numel() for p in build_meta(get_spec(name), op).parameters())
 
 
+def attention_ops(name: str) -> tuple[str, ...]:
+    """The ops of zoo model ``name`` whose half holds an attention module, from meta builds."""
+    from vaemem.tracing.counter import is_attention
+
+    spec = get_spec(name)
+    return tuple(op for op in spec.ops if any(is_attention(m) for m in build_meta(spec, op).modules()))
+
+
 def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overlap: float = 0.25) -> None:
     """Turn diffusers' own tiled decode/encode on with square ``tile``-pixel tiles, or off when ``tile`` is None.
 

@@ -184,6 +184,20 @@ OP_PARAMETERS: dict[str, dict[str, int]] = {
 }
 
 
+# Ops whose half holds an attention module (``vaemem.tracing.counter.is_attention``), from meta builds: where the
+# math attention path (no fused SDPA kernel) can change the peak, so the dry runs trace it. A test checks the
+# table against the builds. DC-AE's attention is linear (no score matrix): listed, and its math structure is flat.
+_BOTH = ("decode", "encode")
+ATTENTION_OPS: dict[str, tuple[str, ...]] = {
+    "cogvideox": (), "cogview4": (), "flux1": _BOTH, "flux2": _BOTH, "hunyuanimage-2.1": _BOTH,
+    "hunyuanvideo": _BOTH, "hunyuanvideo-1.5": _BOTH, "ltx-2": (), "ltx-2.3": (), "ltx-video": (),
+    "ltx-video-0.9.5": (), "minimax-h3": (), "mochi": ("encode",), "qwen-image": _BOTH, "sana-dc-ae": _BOTH,
+    "sd15": _BOTH, "sd3": _BOTH, "sdxl": _BOTH, "wan21": _BOTH, "wan22": _BOTH,
+    "tiny-cogvideox": (), "tiny-dcae": _BOTH, "tiny-hunyuanimage": _BOTH, "tiny-hunyuanvideo": _BOTH,
+    "tiny-hunyuanvideo-1.5": _BOTH, "tiny-kl": _BOTH, "tiny-ltx-2": (), "tiny-ltx-video": (),
+    "tiny-minimax-h3": (), "tiny-mochi": ("encode",), "tiny-qwen-image": _BOTH, "tiny-wan": _BOTH,
+}
+
 @dataclass(frozen=True)
 class ClassInfo:
     """What vaemem must know of one diffusers VAE class to run it and to judge a point.

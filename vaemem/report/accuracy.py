@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import Dataset, PointDemand, stored_line
+from vaemem.fit.coefficients import Dataset, PointDemand, request_of, stored_line
 from vaemem.fit.envelope import fit_envelope
 
 GOAL_MIN_RESOLUTIONS = 4
@@ -83,11 +83,10 @@ def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
         for p in pts:
             pt = p.point
             fitted = None
-            if gid in fitted_groups:
-                fitted = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], dtype=key["dtype"],
-                                          backend=key["conv_backend"], allocator=key["allocator"], os=key["os"],
-                                          batch=pt["batch"], frames=pt["frames"], tile=pt["tile"],
-                                          coefficients=coef).bytes / p.demand_bytes
+            req = request_of(pt, key)
+            if gid in fitted_groups and req is not None:
+                fitted = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], coefficients=coef,
+                                          **req).bytes / p.demand_bytes
             legacy, comfy = _rule_ratios(p, key, coef)
             out.append(PointRatios(gid, p.point_key, p.rig, p.pixels, p.demand_bytes, fitted,
                                    held.get(p.point_key + p.rig), legacy, comfy))

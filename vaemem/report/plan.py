@@ -13,7 +13,7 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import Dataset
+from vaemem.fit.coefficients import Dataset, request_of
 from vaemem.models.zoo import get_spec
 from vaemem.report.structural import GOAL_MAX, GOAL_MEDIAN, _f, _stats, held_out
 
@@ -29,10 +29,11 @@ def compare(data: Dataset, plan_coef: dict[str, Any], full_coef: dict[str, Any],
         ratios, held, sources = [], [], set()
         for p in pts:
             pt = p.point
+            req = request_of(pt, key)
+            if req is None:
+                continue
             try:
-                e = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], dtype=key["dtype"],
-                                     backend=key["conv_backend"], allocator=key["allocator"], os=key["os"],
-                                     batch=pt["batch"], frames=pt["frames"], tile=pt["tile"], coefficients=plan_coef)
+                e = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], coefficients=plan_coef, **req)
             except ValueError as err:
                 sources.add(f"refused: {err}")
                 continue

@@ -7,7 +7,7 @@ from typing import Any
 
 from vaemem import estimate
 from vaemem.estimate import MIB
-from vaemem.fit.coefficients import Dataset, dry_of
+from vaemem.fit.coefficients import Dataset, dry_of, request_of
 
 
 
@@ -31,10 +31,11 @@ def plot_groups(data: Dataset, coef: dict[str, Any], out_dir: Path, only: list[s
         for p in pts:
             pt = p.point
             model = coef["models"][pt["model"]]
+            req = request_of(pt, key)
             try:
-                e = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], dtype=key["dtype"],
-                                     backend=key["conv_backend"], allocator=key["allocator"], os=key["os"],
-                                     batch=pt["batch"], frames=pt["frames"], tile=pt["tile"], coefficients=coef)
+                if req is None:
+                    continue
+                e = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], coefficients=coef, **req)
             except ValueError:
                 continue
             d = dry_of(pt, key, coef.get("structures", {}))

@@ -15,7 +15,7 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import Dataset, calibration_line, dry_of
+from vaemem.fit.coefficients import Dataset, calibration_line, dry_of, request_of
 from vaemem.models.zoo import get_spec
 
 GOAL_MIN_SIZES = 4
@@ -114,10 +114,12 @@ def apps_side_by_side(data: Dataset, coef: dict[str, Any]) -> dict[str, dict[str
             pt = p.point
             m = coef["models"][pt["model"]]
             kw = {"dtype": key["dtype"], "batch": pt["batch"], "frames": pt["frames"]}
+            req = request_of(pt, key)
             try:
-                mine = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"],
-                                        backend=key["conv_backend"], allocator=key["allocator"], os=key["os"],
-                                        tile=pt["tile"], coefficients=coef, **kw).bytes
+                if req is None:
+                    continue
+                mine = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], coefficients=coef,
+                                        **req).bytes
             except ValueError:
                 continue
             cols["vaemem"].append(mine / p.demand_bytes)
@@ -163,12 +165,41 @@ def demand_tables(data: Dataset) -> dict[str, list[dict[str, Any]]]:
     return {"frames": sorted(frames, key=key), "tiles": sorted(tiles, key=key), "batch": sorted(batches, key=key)}
 
 
+MATH_SIZES = ((1024, 1024, 1), (2048, 2048, 1))  # images; a video architecture also at 832x480 x 81 frames
+MATH_CLIP = (832, 480, 81)
+
+
+def attention_paths(coef: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per architecture with an attention structure: its bf16 dry-run peak on the fused and the math path at
+    the sizes apps run, from the file's structures (what the estimator prices before calibration)."""
+    rows = []
+    for name, m in sorted(coef["models"].items()):
+        if m["architecture"] != name or not m.get("attention_ops"):
+            continue
+        sizes = MATH_SIZES + ((MATH_CLIP,) if m["temporal_factor"] is not None else ())
+        for op in m["attention_ops"]:
+            for w, h, f in sizes:
+                step = m.get("frame_step") or m["temporal_factor"] or 1
+                if w % m["spatial_factor"] or h % m["spatial_factor"] or (f - 1) % step:
+                    continue
+                kw = dict(dtype="bf16", frames=f)
+                fused = estimate.dry_run_bytes(coef, name, op, w, h, **kw)
+                math = estimate.dry_run_bytes(coef, name, op, w, h, attention="math", **kw)
+                if fused is None or math is None:
+                    continue
+                rows.append({"architecture": name, "op": op, "width": w, "height": h, "frames": f,
+                             "fused_mib": round(fused / 2**20), "math_mib": round(math / 2**20),
+                             "ratio": round(math / fused, 2)})
+    return rows
+
+
 def summary(data: Dataset, coef: dict[str, Any]) -> dict[str, Any]:
     """Every structural table, as one JSON-ready dict."""
     structures, margin = coef.get("structures", {}), coef["margin"]
     return {"dry_ratios": dry_ratios(data, structures), "held_out": held_out(data, structures, margin),
             "leave_one_architecture_out": leave_one_architecture_out(data, structures, margin),
             "apps": apps_side_by_side(data, coef), "tables": demand_tables(data),
+            "attention_paths": attention_paths(coef),
             "goal": {"held_out_median_max": GOAL_MEDIAN, "held_out_max_max": GOAL_MAX, "min_sizes": GOAL_MIN_SIZES,
                      "loao_median_max": LOAO_MEDIAN, "loao_listed_above": LOAO_LIST}}
 
@@ -201,6 +232,13 @@ def markdown(s: dict[str, Any]) -> str:
             "| group | vaemem | legacy rule | ComfyUI | InvokeAI |", "|---|---|---|---|---|"]
     out += [f"| {g} | {_f(r['vaemem'])} | {_f(r['legacy'])} | {_f(r['comfyui'])} | {_f(r['invokeai'])} |"
             for g, r in s["apps"].items()]
+    if s.get("attention_paths"):
+        out += ["", "## The math attention path: dry-run peak (MiB, bf16) against the fused path\n",
+                "Where no fused SDPA kernel runs, the score matrices are materialised; the estimator prices "
+                "`max(fused structure, attention structure)`.\n", "| architecture | op | size | frames | fused | math "
+                "| math / fused |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['architecture']} | {r['op']} | {r['width']}x{r['height']} | {r['frames']} | {r['fused_mib']} | "
+                f"{r['math_mib']} | {r['ratio']:.2f} |" for r in s["attention_paths"]]
     for name, title, col in (("frames", "Video: demand (MiB) against frames", "frames"),
                              ("tiles", "Tiled: demand (MiB) against tile size", "tile"),
                              ("batch", "Batch: demand (MiB) against batch", "batch")):

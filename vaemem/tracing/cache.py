@@ -6,7 +6,8 @@ Deterministic bytes (sorted keys, no timings), written atomically.
 
     {"schema_version": 1, "torch_version": "2.13.0+cpu", "diffusers_version": "0.42.1",
      "entries_sha256": "...", "entries": {KEY: {"spec": {...}, "peak_bytes": N, "output_bytes": N,
-                                                "input_bytes": N, "peak_module": "..."}}}
+                                                "input_bytes": N, "peak_module": "...",
+                                                "attention_peak_bytes": N (math-path entries only)}}}
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def read_cache(path: str | Path) -> dict[str, Any]:
         for field, kind in ENTRY_FIELDS.items():
             if not isinstance(e.get(field), kind) or isinstance(e.get(field), bool):
                 raise VaememError(f"{path}: entry {key}: {field} missing or not {kind.__name__}")
-        if e["peak_bytes"] < 0 or e["output_bytes"] < 0 or e["input_bytes"] < 0:
+        if e["spec"].get("attention") == "math" and (not isinstance(e.get("attention_peak_bytes"), int)
+                                                       or isinstance(e.get("attention_peak_bytes"), bool)):
+            raise VaememError(f"{path}: entry {key}: a math-path entry needs an integer attention_peak_bytes")
+        if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         try:
             spec = TraceSpec.from_dict(e["spec"])
@@ -101,6 +105,8 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
         doc["entries"][r.spec.key] = {"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes,
                                       "output_bytes": r.output_bytes, "input_bytes": r.input_bytes,
                                       "peak_module": r.peak_module}
+        if r.spec.attention == "math":  # the one path whose structure is the attention modules' peak
+            doc["entries"][r.spec.key]["attention_peak_bytes"] = r.attention_peak_bytes
     write_atomic(path, dumps(doc))
     return doc
 

@@ -7,7 +7,9 @@ runs on fake tensors (the dry run) and on real CPU tensors (the known answer the
 
 Storages that exist before the counter starts (weights, the op's input) are not counted: as in a measurement,
 they are part of the baseline. Global module hooks keep a stack of module names, so the peak can say where it
-happened.
+happened, and ``attention_peak`` is the peak while any attention module runs (:func:`is_attention`): on the math
+path the score matrix lives there and nowhere else, so a math-path peak is ``max(fused-path peak, attention_peak)``
+(the tests check this on real tensors).
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+
+def is_attention(module: nn.Module) -> bool:
+    """An attention module of a diffusers VAE, by its class name: ``Attention``, ``WanAttentionBlock``,
+    ``HunyuanVideo15AttnBlock``, ``SanaMultiscaleLinearAttention``, ..."""
+    name = type(module).__name__.lower()
+    return "attention" in name or "attn" in name
 
 
 class LiveBytes(TorchDispatchMode):
@@ -33,16 +42,23 @@ class LiveBytes(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.where = ""
+        self.attention_peak = 0  # peak while inside an attention module (0: none ran)
+        self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
 
     # -- module stack -------------------------------------------------------------------------------------------
     def _pre(self, module: nn.Module, args: Any) -> None:
         self._stack.append(self.names.get(id(module), type(module).__name__))
+        if is_attention(module):
+            self._in_attention += 1
+            self.attention_peak = max(self.attention_peak, self.current)
 
     def _post(self, module: nn.Module, args: Any, out: Any) -> None:
         if self._stack:
             self._stack.pop()
+        if is_attention(module):
+            self._in_attention -= 1
 
     def __enter__(self) -> LiveBytes:
         self._hooks = [nn.modules.module.register_module_forward_pre_hook(self._pre),
@@ -61,11 +77,14 @@ class LiveBytes(TorchDispatchMode):
         for t in tensors:
             self.baseline.add(t.untyped_storage()._cdata)
 
-    def bump(self, extra: int, where: str) -> None:
-        """Record a transient ``extra`` bytes above the current level (a replayed sub-call's inner peak)."""
+    def bump(self, extra: int, where: str, attention_extra: int = -1) -> None:
+        """Record a transient ``extra`` bytes above the current level (a replayed sub-call's inner peak), and
+        ``attention_extra`` above it inside its attention modules (-1: none ran in it)."""
         if self.current + extra > self.peak:
             self.peak = self.current + extra
             self.where = where
+        if attention_extra >= 0 and self.current + attention_extra > self.attention_peak:
+            self.attention_peak = self.current + attention_extra
 
     def track(self, t: torch.Tensor) -> None:
         st = t.untyped_storage()
@@ -87,6 +106,8 @@ class LiveBytes(TorchDispatchMode):
         if self.current > self.peak:
             self.peak = self.current
             self.where = self._stack[-1] if self._stack else "(top level)"
+        if self._in_attention and self.current > self.attention_peak:
+            self.attention_peak = self.current
 
     def _free(self, key: int) -> None:
         self.current -= self.live.pop(key, 0)

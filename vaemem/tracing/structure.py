@@ -17,14 +17,24 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   loop visits (a latent stride of tile x (1 - overlap)). Tiled video is not structured (it is priced from its own
   measured points only).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
-  (fp32 upcasts in some norms), so fp32 and half precision each have their own structure. The math attention path
-  and slicing are dry-run options, not structured.
+  (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
+* The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
+  what happens inside attention modules, so its peak is ``max(fused-path peak, attention peak)``, where the
+  attention peak (:attr:`TraceResult.attention_peak_bytes`, the live bytes while an attention module runs) is
+  exactly quadratic in area: the score matrix plus the features around it. It gets a structure of its own, of the
+  same untiled basis and grid, for the ops :data:`vaemem.models.zoo.ATTENTION_OPS` lists (sd15 decode 2048 px fp32:
+  12.0 GiB fused, 32.9 GiB math).
+* Slicing (diffusers' ``enable_slicing``: a batch run one sample at a time) peaks at one sample's peak plus the
+  outputs of the samples before it: ``peak(1) + (batch - 1) x output(1)``, exact in dry runs of every class probed.
+  So an untiled structure also carries one sample's output bytes per pixel at each knot, and slicing needs no dry
+  runs of its own.
 
 The evaluation lives in :mod:`vaemem.estimate` (stdlib only); this module chooses the dry runs and fits the basis.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,29 +55,39 @@ def frame_knots(spec: ModelSpec) -> list[int]:
     return [1 + s * (t - 1) for t in (1, 2, 3, 4, 5, 9)]
 
 
-def _sizes(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
-    """Three square sizes spanning 16-64x in area from 64 px: the smallest bounds the range priced exactly."""
+def _sizes(spec: ModelSpec, attention: str = "fused") -> tuple[tuple[int, int], ...]:
+    """Three square sizes spanning 16-64x in area from 64 px: the smallest bounds the range priced exactly. The
+    math path's attention peak is traced at 48, 64 and 96 latent pixels a side: from there on it is exactly
+    quadratic in area (FLUX.2 encode: 512, 736, 1376, 2272, 4832, 8416 B/px at 48-256 latent px, bf16 and fp32
+    alike), while below it another term can lead (bf16 at 32: 368 B/px, 16 above the quadratic)."""
+    if attention == "math":
+        return tuple((k * spec.spatial_factor, k * spec.spatial_factor) for k in (48, 64, 96))
     a = 256 if spec.spatial_factor >= 32 else 128
     return (64, 64), (a, a), (2 * a, 2 * a)
 
 
-def grid(name: str, op: str, dtype: str, tiled: bool) -> list[TraceSpec]:
+def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") -> list[TraceSpec]:
     """The dry runs a structure is derived from."""
     spec = get_spec(name)
     if tiled:
         return [TraceSpec(name, op, dtype, w, h, tile=t) for t, w, h in TILE_GRID]
-    return [TraceSpec(name, op, dtype, w, h, frames=f) for f in frame_knots(spec) for w, h in _sizes(spec)]
+    return [TraceSpec(name, op, dtype, w, h, frames=f, attention=attention) for f in frame_knots(spec)
+            for w, h in _sizes(spec, attention)]
 
 
-def structured(name: str) -> list[tuple[str, str, bool]]:
-    """(op, dtype, tiled) combinations with a structure for zoo model ``name``."""
+def structured(name: str) -> list[tuple[str, str, bool, str]]:
+    """(op, dtype, tiled, attention) combinations with a structure for zoo model ``name``."""
+    from vaemem.models.zoo import ATTENTION_OPS
+
     spec = get_spec(name)
     out = []
     for op in spec.ops:
         for dtype in STRUCTURE_DTYPES:
-            out.append((op, dtype, False))
+            out.append((op, dtype, False, "fused"))
             if op == "decode" and spec.kernel in TILED_MODELS_KINDS and not spec.tiled_refusal(op):
-                out.append((op, dtype, True))
+                out.append((op, dtype, True, "fused"))
+            if op in ATTENTION_OPS[name]:
+                out.append((op, dtype, False, "math"))
     return out
 
 
@@ -77,8 +97,8 @@ def zoo_grid() -> list[TraceSpec]:
     for name, spec in registry().items():
         if spec.tiny or spec.architecture != name:
             continue
-        for op, dtype, tiled in structured(name):
-            out += grid(name, op, dtype, tiled)
+        for op, dtype, tiled, attention in structured(name):
+            out += grid(name, op, dtype, tiled, attention)
     return out
 
 
@@ -89,18 +109,22 @@ def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
     return [float(c) for c in coef]
 
 
-def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool) -> dict[str, Any] | None:
-    """The structure of (``name``, op, dtype, tiling) from dry-run cache entries, or None if the cache lacks
-    its grid. Rounded to whole bytes (per pixel to 1e-3) so the file is deterministic."""
+def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
+           attention: str = "fused") -> dict[str, Any] | None:
+    """The structure of (``name``, op, dtype, tiling, attention path) from dry-run cache entries, or None if the
+    cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
+    pixel to 1e-3) so the file is deterministic."""
     spec = get_spec(name)
-    peaks = {}
+    peaks, outputs = {}, {}
+    value = "attention_peak_bytes" if attention == "math" else "peak_bytes"
     for e in entries:
         s = e["spec"]
         if (s["model"], s["op"], s["dtype"], bool(s["tile"])) == (name, op, dtype, tiled) and s["batch"] == 1 \
-                and s["overlap"] == 0.25 and s["attention"] == "fused" and not s["slicing"] \
+                and s["overlap"] == 0.25 and s["attention"] == attention and not s["slicing"] \
                 and s["conv3d"] == "native":
-            peaks[(s["width"], s["height"], s["frames"], s["tile"])] = e["peak_bytes"]
-    wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled)]
+            peaks[(s["width"], s["height"], s["frames"], s["tile"])] = e[value]
+            outputs[(s["width"], s["height"], s["frames"], s["tile"])] = e.get("output_bytes")
+    wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled, attention)]
     if any(k not in peaks for k in wanted):
         return None
     f = spec.spatial_factor
@@ -112,8 +136,8 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     else:
         knots, slopes, quads, bases = frame_knots(spec), [], [], []
         for fr in knots:
-            areas = [float(w * h) for w, h in _sizes(spec)]
-            ys = [peaks[(w, h, fr, None)] for w, h in _sizes(spec)]
+            areas = [float(w * h) for w, h in _sizes(spec, attention)]
+            ys = [peaks[(w, h, fr, None)] for w, h in _sizes(spec, attention)]
             a, q, b = _solve([[x, x * x, 1.0] for x in areas], ys)
             if q < 0:  # concave (a base that matters at small sizes): the chord through the two largest sizes lies
                 q = 0.0  # above the curve everywhere outside it, so the structure never falls with area
@@ -123,8 +147,14 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             quads.append(float(f"{q:.6e}"))
             bases.append(round(b))
         out = {"kind": "frames", "knots": knots, "bytes_per_pixel": slopes, "bytes_per_pixel_squared": quads,
-               "base_bytes": bases, "area_min": min(w * h for w, h in _sizes(spec))}
-    errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / peaks[(w, h, fr, t)]
+               "base_bytes": bases, "area_min": min(w * h for w, h in _sizes(spec, attention))}
+        if attention == "fused" and all(outputs[k] is not None for k in wanted):
+            # one sample's output per pixel (what slicing keeps per finished sample): exactly linear in area, so
+            # the largest ratio of the three sizes, rounded up to 1e-3 B/px
+            out["output_bytes_per_pixel"] = [
+                math.ceil(max(outputs[(w, h, fr, None)] / (w * h) for w, h in _sizes(spec)) * 1000 - 1e-6) / 1000
+                for fr in knots]
+    errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]
     out["max_rel_error_in_sample"] = round(max(errors), 5)
     out["n_dry_runs"] = len(wanted)
@@ -137,8 +167,8 @@ def derive_all(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name, spec in registry().items():
         if spec.tiny or spec.architecture != name:
             continue
-        for op, dtype, tiled in structured(name):
-            s = derive(entries, name, op, dtype, tiled)
+        for op, dtype, tiled, attention in structured(name):
+            s = derive(entries, name, op, dtype, tiled, attention)
             if s is not None:
-                out[est.structure_key(name, op, dtype, tiled)] = s
+                out[est.structure_key(name, op, dtype, tiled, attention)] = s
     return out

@@ -12,6 +12,11 @@ but its one output tensor, is replayed for the next call of the same signature: 
 first call's inner peak and an output of the same shape is created. That is exact whenever the module's memory
 depends on its input shapes alone (true of convolutional stacks); a call that keeps state (Wan's feature cache,
 passed as a list) is never replayed. The tests compare replayed dry runs with the same accounting on real tensors.
+
+One more shortcut, on fake tensors only: HunyuanVideo 1.5 builds its causal attention mask token by token, an
+in-place write per token that allocates nothing (tens of thousands of Python-level ops at 1024 px). Its values
+mean nothing on fake tensors, so the dry run builds the same (tokens x tokens) tensor without the loop
+(:data:`_MASK_BUILDERS`); the tests compare these dry runs with real tensors, which run the loop.
 """
 
 from __future__ import annotations
@@ -25,10 +30,6 @@ from typing import Any
 
 from vaemem.errors import VaememError
 from vaemem.models.zoo import ModelSpec, get_spec
-
-ATTENTION = ("fused", "math")
-CONV3D = ("native", "decomposed")
-DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
 
 
 @dataclass(frozen=True, order=True)
@@ -68,13 +69,15 @@ class TraceSpec:
 @dataclass(frozen=True)
 class TraceResult:
     """The dry run's answer: ``peak_bytes`` of live tensors the op created, where the peak happened, how much of
-    it is the output, and the input's bytes (baseline, not in the peak)."""
+    it is the output, the input's bytes (baseline, not in the peak), and ``attention_peak_bytes``, the peak while
+    an attention module ran (0 where none did): on the math path the score matrix lives only there."""
 
     spec: TraceSpec
     peak_bytes: int
     output_bytes: int
     input_bytes: int
     peak_module: str
+    attention_peak_bytes: int
     replayed_calls: int
     wall_s: float
     torch_version: str
@@ -88,19 +91,11 @@ class TraceResult:
 
 
 def validate_trace(spec: TraceSpec, model: ModelSpec) -> None:
-    """Refuse a dry run that cannot happen, with the reason (the same geometry rules as measurement points)."""
-    from vaemem.measuring.point import check_geometry
+    """Refuse a dry run that cannot happen, with the reason (the same rules as measurement points)."""
+    from vaemem.measuring.point import check_geometry, check_variant
 
     check_geometry(model, spec.op, spec.dtype, spec.width, spec.height, spec.batch, spec.frames, spec.tile)
-    if spec.attention not in ATTENTION:
-        raise VaememError(f"unknown attention path {spec.attention!r}; choose one of: {', '.join(ATTENTION)}")
-    if spec.conv3d not in CONV3D:
-        raise VaememError(f"unknown conv3d path {spec.conv3d!r}; choose one of: {', '.join(CONV3D)}")
-    if spec.conv3d == "decomposed" and model.family not in DECOMPOSABLE:
-        raise VaememError(f"the conv3d decomposition applies to the causal conv3d of Wan and MiniMax-H3, not to "
-                          f"{model.name} ({model.class_name})")
-    if not isinstance(spec.overlap, (int, float)) or not 0.0 <= spec.overlap < 1.0:
-        raise VaememError(f"tile overlap is a fraction in [0, 1), got {spec.overlap!r}")
+    check_variant(model, spec.batch, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d)
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -148,30 +143,62 @@ class _Replay:
         sig = self._signature(args, kwargs)
         entry = self.seen.get(sig) if sig is not None else None
         if entry is not None:
-            inner, kind, payload, where = entry
-            self.counter.bump(inner, where)
+            inner, attention, kind, payload, where = entry
+            self.counter.bump(inner, where, attention)
             self.replayed += 1
             if kind == "arg":
                 return args[payload]
             shape, dtype = payload
             return torch.empty(shape, dtype=dtype, device=args[0].device)
         c = self.counter
-        before, peak_before, where_before = c.current, c.peak, c.where
-        c.peak = c.current  # measure this call's own inner peak
+        before, peak_before, where_before, attention_before = c.current, c.peak, c.where, c.attention_peak
+        c.peak, c.attention_peak = c.current, -1  # measure this call's own inner peaks
         out = self.original(*args, **kwargs)
         inner, where = c.peak - before, c.where
+        attention = c.attention_peak - before if c.attention_peak >= 0 else -1
         if c.peak < peak_before:
             c.peak, c.where = peak_before, where_before
+        c.attention_peak = max(c.attention_peak, attention_before)
         if sig is not None and sig not in self.seen:
             left = c.current - before
             same = [i for i, a in enumerate(args) if a is out]
             if isinstance(out, torch.Tensor) and left == 0 and same:
-                self.seen[sig] = (inner, "arg", same[0], where)
+                self.seen[sig] = (inner, attention, "arg", same[0], where)
             elif isinstance(out, torch.Tensor) and not same and left == out.untyped_storage().nbytes():
-                self.seen[sig] = (inner, "new", (tuple(out.shape), out.dtype), where)
+                self.seen[sig] = (inner, attention, "new", (tuple(out.shape), out.dtype), where)
             else:
                 self.seen[sig] = None
         return out
+
+
+def _mask_without_loop(n_frame: int, n_hw: int, dtype: Any, device: Any, batch_size: int | None = None) -> Any:
+    """HunyuanVideo 1.5's ``prepare_causal_attention_mask`` as allocated: one (tokens x tokens) tensor (its loop
+    only writes into it)."""
+    import torch
+
+    seq_len = n_frame * n_hw
+    mask = torch.full((seq_len, seq_len), float("-inf"), dtype=dtype, device=device)
+    return mask if batch_size is None else mask.unsqueeze(0).expand(batch_size, -1, -1)
+
+
+_MASK_BUILDERS = {"HunyuanVideo15AttnBlock": "prepare_causal_attention_mask"}  # class -> loop-built mask method
+
+
+@contextmanager
+def _fast_masks(model: Any) -> Iterator[None]:
+    """Within the block, the classes of :data:`_MASK_BUILDERS` in ``model`` build their masks without the loop."""
+    patched = {}
+    for m in model.modules():
+        cls = type(m)
+        attr = _MASK_BUILDERS.get(cls.__name__)
+        if attr and cls not in patched:
+            patched[cls] = cls.__dict__[attr]
+            setattr(cls, attr, staticmethod(_mask_without_loop))
+    try:
+        yield
+    finally:
+        for cls, original in patched.items():
+            setattr(cls, _MASK_BUILDERS[cls.__name__], original)
 
 
 @contextmanager
@@ -239,6 +266,8 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
         counter.exclude([*model.parameters(), *model.buffers(), x])
         stack.enter_context(torch.no_grad())
         replays = stack.enter_context(_replaying(model, counter)) if replay and spec.tile else []
+        if fake:
+            stack.enter_context(_fast_masks(model))
         with counter:
             out = run_op(model, spec.op, x)
             output_bytes = out.untyped_storage().nbytes()
@@ -246,5 +275,27 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
         replayed = sum(r.replayed for r in replays)
         input_bytes = x.untyped_storage().nbytes()
         del out
-    return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, replayed,
+    return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak), replayed,
                        round(time.perf_counter() - t0, 3), torch.__version__, diffusers.__version__)
+
+
+def trace_many(specs: list[TraceSpec], config: dict[str, Any] | None = None, jobs: int = 1) -> Iterator[TraceResult]:
+    """Dry-run every spec, yielding results in ``specs`` order; ``jobs`` > 1 runs them in that many spawned
+    processes (a dry run is one core's Python; the results are exact, so the order of completion changes
+    nothing). A failing dry run raises here, after the pool is shut down."""
+    if jobs <= 1 or len(specs) <= 1:
+        for s in specs:
+            yield trace(s, config)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(trace, s, config) for s in specs]
+        try:
+            for f in futures:
+                yield f.result()
+        finally:
+            for f in futures:
+                f.cancel()
+

@@ -18,6 +18,8 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,22 @@ def write_result(path: str | Path, result: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+@contextmanager
+def _variant(model: Any, point: Point) -> Iterator[None]:
+    """The point's attention path (torch's SDPA math kernel only) and conv3d path (the conv2d decomposition), as
+    the dry run applies them."""
+    with ExitStack() as stack:
+        if point.attention == "math":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        if point.conv3d == "decomposed":
+            from vaemem.conv3d.patch import decomposed_conv3d
+
+            stack.enter_context(decomposed_conv3d(model))
+        yield
 
 
 def measure_point(point: Point, started_s: float) -> dict[str, Any]:
@@ -73,7 +91,9 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
 
     try:  # an out-of-memory while the weights are placed is an OOM of this point too
         model = build_model(point.model, point.op, point.device, point.dtype)
-        configure_tiling(model, spec, point.tile)
+        configure_tiling(model, spec, point.tile, point.overlap)
+        if point.slicing:
+            model.use_slicing = True
         x = make_input(input_shape(spec, point.op, point.width, point.height, point.batch, point.frames),
                        point.device, point.dtype)
     except Exception as e:
@@ -83,6 +103,8 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     t_built = time.perf_counter()
     result["build_s"] = round(t_built - t_imported, 4)
 
+    variant = _variant(model, point)  # patched before the baseline, as in the dry run
+    variant.__enter__()
     probe.start()
     t0 = time.perf_counter()
     status, error = "ok", None
@@ -95,6 +117,7 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
         error = _one_line(e)
     finally:
         readings = probe.stop()
+        variant.__exit__(None, None, None)
     result["op_wall_s"] = round(time.perf_counter() - t0, 4)
     result["readings"] = readings
     demand, deltas = demand_from(readings)

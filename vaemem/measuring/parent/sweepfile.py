@@ -13,6 +13,10 @@ Schema 1, a grid:
     batches = [1, 2]              # optional
     frames = [17]                 # optional, video models
     tiles = [256]                 # optional
+    overlaps = [0.25]             # optional, tiled points: tile overlap fraction (diffusers' default 0.25)
+    slicing = [false, true]       # optional: diffusers' enable_slicing (applies to batches of more than one)
+    attention = ["fused"]         # optional: fused SDPA kernel, or "math" (torch's math kernel only)
+    conv3d = ["native"]           # optional: or "decomposed" (Wan, MiniMax-H3: conv3d as conv2d)
 
 Schema 2, a plan (``vaemem plan`` writes it): points listed one by one in priority order, with the budget and
 the cost model that predicted them; ``measure`` runs them in that order and, when the plan runs late, drops the
@@ -37,6 +41,7 @@ lowest-priority points (recorded as ``dropped-late``):
     batch = 1                     # optional, default 1
     frames = 1                    # optional, default 1
     tile = 256                    # optional, default untiled
+    overlap = 0.25                # optional, as slicing, attention and conv3d (one value each)
     predicted_s = 7.61
     why = "tier 1: sd15's conv2d line: smallest and largest size"
 """
@@ -49,13 +54,14 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.measuring.point import Point, build_grid
+from vaemem.measuring.point import DEFAULT_OVERLAP, Point, build_grid
 
 SWEEP_SCHEMA_VERSION = 2  # 1: grids; 2: plans (a list of points with priorities and a budget)
 # Each key of a grid and the type of its list's items (res takes "WxH" strings or a bare side as an integer).
 GRID_KEYS: dict[str, tuple[type, ...]] = {
     "models": (str,), "ops": (str,), "dtypes": (str,), "res": (str, int), "allocators": (str,),
-    "batches": (int,), "frames": (int,), "tiles": (int,),
+    "batches": (int,), "frames": (int,), "tiles": (int,), "overlaps": (float, int), "slicing": (bool,),
+    "attention": (str,), "conv3d": (str,),
 }
 REQUIRED_KEYS = ("models", "ops", "dtypes", "res")
 
@@ -72,6 +78,7 @@ class Sweep:
 POINT_KEYS: dict[str, tuple[type, ...]] = {
     "priority": (int,), "model": (str,), "op": (str,), "dtype": (str,), "res": (str, int), "allocator": (str,),
     "batch": (int,), "frames": (int,), "tile": (int,), "predicted_s": (int, float), "why": (str,),
+    "overlap": (float, int), "slicing": (bool,), "attention": (str,), "conv3d": (str,),
 }
 POINT_REQUIRED = ("priority", "model", "op", "dtype", "res", "allocator", "predicted_s")
 
@@ -104,8 +111,9 @@ def _check_grid(path: Path, i: int, g: Any) -> None:
     for key, value in g.items():
         kinds = GRID_KEYS[key]
         if not isinstance(value, list) or not value or not all(
-                isinstance(v, kinds) and not isinstance(v, bool) for v in value):
-            names = " or ".join({str: "strings", int: "integers"}[k] for k in kinds)
+                isinstance(v, kinds) and (bool in kinds or not isinstance(v, bool)) for v in value):
+            names = " or ".join({str: "strings", int: "integers", float: "numbers", bool: "true/false"}[k]
+                                for k in kinds)
             raise VaememError(f"{path}: grid {i}: {key} must be a non-empty list of {names}, not {value!r}")
 
 
@@ -136,7 +144,8 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
         try:
             points += build_grid(g.get("models", []), g.get("ops", []), g.get("dtypes", []),
                                  [str(r) for r in g.get("res", [])], g.get("batches"), g.get("frames"),
-                                 g.get("tiles"), g.get("allocators"), device)
+                                 g.get("tiles"), g.get("allocators"), device, g.get("overlaps"), g.get("slicing"),
+                                 g.get("attention"), g.get("conv3d"))
         except VaememError as e:
             raise VaememError(f"{path}: grid {i}: {e}") from None
     merged = list(dict.fromkeys(points))
@@ -181,13 +190,14 @@ def _load_plan(path: Path, data: dict[str, Any]) -> Sweep:
             raise VaememError(f"{path}: point {i}: " + (f"unknown keys {sorted(unknown)}" if unknown else
                                                          f"no {', '.join(missing)}"))
         for key, value in row.items():
-            if not isinstance(value, POINT_KEYS[key]) or isinstance(value, bool):
+            if not isinstance(value, POINT_KEYS[key]) or (isinstance(value, bool) and bool not in POINT_KEYS[key]):
                 raise VaememError(f"{path}: point {i}: {key} must be "
                                   f"{' or '.join(t.__name__ for t in POINT_KEYS[key])}, not {value!r}")
         try:
             w, h = parse_res(str(row["res"]))
             p = validate(Point(row["model"], row["op"], row["dtype"], w, h, row.get("batch", 1), row.get("frames", 1),
-                               row.get("tile"), row["allocator"], device))
+                               row.get("tile"), row["allocator"], device, row.get("overlap", DEFAULT_OVERLAP),
+                               row.get("slicing", False), row.get("attention", "fused"), row.get("conv3d", "native")))
         except VaememError as e:
             raise VaememError(f"{path}: point {i}: {e}") from None
         if not 0 <= row["predicted_s"] < 1e9:
@@ -230,6 +240,9 @@ def dumps_plan(device: str, budget_min: float, cost_model: dict[str, Any],
         row = {"priority": priority, "model": p.model, "op": p.op, "dtype": p.dtype, "res": res,
                "allocator": p.allocator, **({"batch": p.batch} if p.batch != 1 else {}),
                **({"frames": p.frames} if p.frames != 1 else {}), **({"tile": p.tile} if p.tile else {}),
-               "predicted_s": predicted, "why": why}
+               **({"overlap": p.overlap} if p.overlap != DEFAULT_OVERLAP else {}),
+               **({"slicing": True} if p.slicing else {}), **({"attention": p.attention} if p.attention != "fused"
+                                                                else {}),
+               **({"conv3d": p.conv3d} if p.conv3d != "native" else {}), "predicted_s": predicted, "why": why}
         lines += ["", "[[point]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
     return "\n".join(lines) + "\n"
