@@ -275,3 +275,22 @@ def test_slicing_in_the_estimator():
         est.working_memory_bytes("flux1", "decode", 1024, 1024, batch=3, **GPU)
     with pytest.raises(ValueError, match="slicing must be True or False"):
         est.working_memory_bytes("sd15", "decode", 512, 512, slicing="yes", **cpu)
+
+
+def test_points_below_the_domain_get_a_line_of_their_own(tmp_path):
+    """Known answer: the domain's points lie on 1.3 x dry + 40 MiB, the small frames' (64, 96 px) carry a resident
+    overhead of 100 MiB. The domain line is recovered as if they were absent, and they are priced by their own."""
+    dry = lambda w: 3000.0 * w * w  # noqa: E731  (the STRUCTS of sd15)
+    recs = [_record("sd15", w, 1.3 * dry(w) + 40 * MIB) for w in (128, 256, 384, 512)]
+    recs += [_record("sd15", w, 1.0 * dry(w) + 100 * MIB) for w in (64, 96)]
+    (cal,) = co.calibrate(_data(tmp_path, recs), STRUCTS, margin=0.0)
+    line = cal["architectures"]["sd15"]
+    assert line["dry_factor"] == pytest.approx(1.3, abs=2e-4) and line["base_bytes"] == 40 * MIB
+    assert line["domain_min_frame_pixels"] == co.DOMAIN_MIN_FRAME_PIXELS == 128 * 96
+    assert line["small"]["base_bytes"] == 100 * MIB and line["n_points_below_domain"] == 2
+    assert line["worst_ratio"] == pytest.approx(1.0, abs=1e-3)
+    for w in (64, 96, 128, 512):  # each point priced by its side's line
+        want = (1.0 * dry(w) + 100 * MIB) if w < 128 else (1.3 * dry(w) + 40 * MIB)
+        assert est.calibration_bytes(line, dry(w), dry(w), False, w * w) == pytest.approx(want, rel=1e-3)
+    one_side = co.calibration_line([(dry(w), dry(w), 1.3 * dry(w) + 40 * MIB, False, w * w) for w in (64, 96)], 0.0)
+    assert "small" not in one_side  # no points in the domain: one line over all

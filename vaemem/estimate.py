@@ -19,7 +19,10 @@ bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, 
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
 single_frame_bytes for a one-frame clip of a video model)`` over the measured points,
-one per measured architecture and one pooled over the class. Pricing, in this declared order:
+one per measured architecture and one pooled over the class. A line is fitted on frames of at least
+``domain_min_frame_pixels``; the points measured below that (where a CPU's resident overhead is not affine in the
+dry-run peak) get a line of their own, ``small``, which prices the requests below it. Pricing, in this declared
+order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
     (or, where no structure covers the request, e.g. tiled video, its measured pixel line
@@ -243,6 +246,9 @@ def _check_line(line: dict, where: str) -> None:
         if name in line:
             _field(line, name, where, "num>=0")
     _field(line, "n_points", where, "int>0")
+    if "small" in line:  # the line of the points below the domain
+        _field(line, "domain_min_frame_pixels", where, "int>0")
+        _check_line(_field(line, "small", where, "dict"), f"{where}.small")
     if line["dry_factor"] + line["per_sample_factor"] <= 0:
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
                          f": the line would not grow with the dry-run peak")
@@ -755,7 +761,7 @@ class _Plan:
         if sliced:
             dry = one + (b - 1) * output_per_pixel(self.out, f) * w * h  # type: ignore[operator,arg-type]
         if kind == "calib":
-            env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1))  # type: ignore[arg-type]
+            env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h))  # type: ignore
             return env + self.cast_bytes, env, dry, 0, "", 0.0
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         floor = _legacy(*self.legacy, w, h, bs, 1, t)
@@ -825,12 +831,17 @@ def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, d
     return dry
 
 
-def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
+def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
-    a video architecture). The one evaluation of the line: the fit, the reports and the pricing all call it."""
+    a video architecture; ``frame_pixels``: width x height). Below the line's domain (``domain_min_frame_pixels``)
+    the line of the points measured there (``small``) prices instead. The one evaluation of the line: the fit, the
+    reports and the pricing all call it."""
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
     if single_frame:
         v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
+    small = c.get("small")
+    if small is not None and frame_pixels < c["domain_min_frame_pixels"]:
+        return calibration_bytes(small, dry, dry1, single_frame, frame_pixels)
     return v
 
 

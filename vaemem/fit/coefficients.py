@@ -304,13 +304,41 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     return None if dry is None else (dry, est.dry_run_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
-def calibration_line(rows: list[tuple[float, float, int, bool]], margin: float) -> dict[str, Any]:
-    """The stored envelope of (dry, dry of one sample, demand, single frame of a video model) rows:
+# The calibration line's domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
+# CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
+# (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
+# bend the line for every size, so they get a line of their own (``small``), which prices the requests below the
+# domain (apps decode at 256 px and more).
+DOMAIN_MIN_FRAME_PIXELS = 128 * 96
+
+
+def calibration_line(rows: list[tuple], margin: float) -> dict[str, Any]:
+    """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels) rows:
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
-    one-frame clip)``,
-    x (1 + margin), rounded up. The per-sample term is free only where the rows hold more than one batch size, the
-    single-frame term only where they hold one-frame and longer clips of a video model (a one-frame clip is its own
-    regime: MiniMax-H3 and Wan encode one frame with other kernels, at up to 2x the factor of a longer clip)."""
+    one-frame clip)``, x (1 + margin), rounded up, fitted on the rows of the domain
+    (:data:`DOMAIN_MIN_FRAME_PIXELS`); the rows below it get the same envelope of their own in ``small``, which
+    :func:`vaemem.estimate.calibration_bytes` applies below the domain (where fewer than two dry-run peaks lie
+    on either side, every row is fitted in one line). The per-sample term is free only where the rows hold more
+    than one batch size, the single-frame term only where they hold one-frame and longer clips of a video model (a
+    one-frame clip is its own regime: MiniMax-H3 and Wan encode one frame with other kernels, at up to 2x the factor
+    of a longer clip)."""
+    below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
+    inside = [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
+    split = len({r[0] for r in inside}) >= 2 and len({r[0] for r in below}) >= 2
+    line = _envelope(inside if split else rows, margin)
+    if split:
+        line["domain_min_frame_pixels"] = DOMAIN_MIN_FRAME_PIXELS
+        line["small"] = {**_envelope(below, margin), "n_points": len(below),
+                         "dry_bytes_max": int(max(r[0] for r in below))}
+    dry = [r[0] for r in rows]
+    ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows]
+    return {**line, "n_points": len(rows), "n_points_below_domain": len(below) if split else 0,
+            "worst_ratio": round(max(ratios), 4), "median_ratio": round(statistics.median(ratios), 4),
+            "dry_bytes_max": int(max(dry))}
+
+
+def _envelope(rows: list[tuple], margin: float) -> dict[str, Any]:
+    """The line of :func:`calibration_line` through ``rows``, before its floor."""
     dry, dry1, demand = ([r[i] for r in rows] for i in range(3))
     single = [1.0 if r[3] else 0.0 for r in rows]
     batched = any(abs(a - b) > 0.5 for a, b in zip(dry, dry1))
@@ -325,9 +353,7 @@ def calibration_line(rows: list[tuple[float, float, int, bool]], margin: float) 
             "base_bytes": int(ceil_step(coef["base_bytes"] * (1 + margin), BASE_STEP)),
             "single_frame_factor": ceil_step(coef.get("single_frame_factor", 0.0) * (1 + margin), FACTOR_STEP),
             "single_frame_bytes": int(ceil_step(coef.get("single_frame_bytes", 0.0) * (1 + margin), BASE_STEP))}
-    ratios = [calibration_bytes(line, a, b, bool(s)) / d for a, b, d, s in zip(dry, dry1, demand, single)]
-    return {**line, "n_points": len(rows), "worst_ratio": round(max(ratios), 4),
-            "median_ratio": round(statistics.median(ratios), 4), "dry_bytes_max": int(max(dry))}
+    return line
 
 
 def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
@@ -347,7 +373,8 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
             single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
-            entry[2].setdefault(key["architecture"], []).append((d[0], d[1], p.demand_bytes, single))
+            entry[2].setdefault(key["architecture"], []).append(
+                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"]))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
@@ -357,7 +384,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             continue
         pooled = [r for a in archs for r in per_arch[a]]
         ref = statistics.median(r[0] for r in pooled)
-        factors = [calibration_bytes(ln, ref, ref, False) / ref for ln in archs.values()]
+        factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS) / ref for ln in archs.values()]
         spread = max(factors) / min(factors)
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
                     "class": calibration_line(pooled, margin), "spread": round(spread, 4),
