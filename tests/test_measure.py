@@ -313,6 +313,18 @@ def test_runner_writes_every_run_and_resumes(tmp_path):
     assert recorded_runs(out, "r") == {(p.key, r) for p in _pts(64, 128) for r in range(3)}
 
 
+def test_an_oom_of_the_whole_batch_does_not_skip_its_sliced_twin(tmp_path):
+    """Slicing exists for the batch that does not fit whole: an OOM of one variant skips only its own larger
+    sizes."""
+    pts = build_grid(["tiny-kl"], ["decode"], ["fp32"], ["64", "128"], [2], slicing=[False, True],
+                     allocators=["glibc"])
+    whole64 = next(p for p in pts if not p.slicing and p.width == 64)
+    fake = FakeLauncher(fail={whole64.key: "oom"})
+    recs = measure(pts, tmp_path / "r.jsonl", rig="r", runs=1, launcher_factory=lambda n: fake)
+    status = {(r["slicing"], r["width"]): r["status"] for r in recs}
+    assert status == {(False, 64): "oom", (False, 128): "skipped-after-oom", (True, 64): "ok", (True, 128): "ok"}
+
+
 @pytest.mark.portable
 def test_failures_are_records_and_larger_points_are_skipped_after_oom(tmp_path):
     pts = _pts(64, 96, 128, 160)

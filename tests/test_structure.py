@@ -236,10 +236,15 @@ def test_the_math_path_is_refused_where_it_cannot_be_priced(tmp_path):
     assert est.working_memory_bytes("sd15", "decode", 512, 512, **kw) > 0  # fused still prices
     with pytest.raises(ValueError, match="does not say which ops of sd15 hold attention; refit"):
         est.working_memory_bytes("sd15", "decode", 512, 512, attention="math", **kw)
+    with pytest.raises(ValueError, match="no math-attention dry-run structure of tiny-kl decode"):
+        est.working_memory_bytes("tiny-kl", "decode", 256, 256, attention="math", **GPU)
     cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=PACKAGED)
-    with pytest.raises(ValueError, match="no dry-run structure of wan21 decode fp32 tiled"):
-        est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, attention="math", **cpu)
-    assert est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, **cpu) > 0
+    # a measured pixel line (tiled video) cannot hold score matrices: the tile's attention peak is added on top
+    fused = est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, **cpu)
+    math = est.explain("wan21", "decode", 256, 256, frames=5, tile=128, attention="math", **cpu)
+    doc = est.load(PACKAGED)
+    attn = est.structure_bytes(doc["structures"]["wan21/decode/fp32/untiled/math"], 128, 128, 1, 5, None)
+    assert math.bytes == fused + int(attn) and "added on top" in math.reason
 
 
 # ---- slicing ----------------------------------------------------------------------------------------------------
@@ -275,6 +280,15 @@ def test_slicing_in_the_estimator():
         est.working_memory_bytes("flux1", "decode", 1024, 1024, batch=3, **GPU)
     with pytest.raises(ValueError, match="slicing must be True or False"):
         est.working_memory_bytes("sd15", "decode", 512, 512, slicing="yes", **cpu)
+
+
+def test_below_the_domain_the_small_line_never_prices_past_its_points_below_the_main_line():
+    line = {"dry_factor": 1.3, "per_sample_factor": 0.0, "base_bytes": 40 * MIB, "domain_min_frame_pixels": 12288,
+            "small": {"dry_factor": 0.5, "per_sample_factor": 0.0, "base_bytes": 120 * MIB, "dry_bytes_max": 100 * MIB}}
+    assert est.calibration_bytes(line, 50 * MIB, 50 * MIB, False, 96 * 64) == 145 * MIB  # its own points' range
+    big = 1000 * MIB  # a long clip of small frames: past the small points, the main line is larger
+    assert est.calibration_bytes(line, big, big, False, 96 * 64) == pytest.approx(1.3 * big + 40 * MIB)
+    assert est.calibration_bytes(line, 50 * MIB, 50 * MIB, False, 128 * 96) == pytest.approx(1.3 * 50 * MIB + 40 * MIB)
 
 
 def test_points_below_the_domain_get_a_line_of_their_own(tmp_path):

@@ -549,10 +549,13 @@ def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os
         if attention is None:
             attention = found["attention"]
             said.append(f"attention {attention} (detected)")
+
     os_ = os_ or est.os_key()
     if allocator is None:
         allocator = est.detect_allocator(backend, os=os_)
         said.append(f"allocator {allocator} (from this environment)")
+    if said and attention is None:
+        said.append("attention fused")
     if said:
         typer.echo("assumed " + ", ".join(said) + f", os {os_}; pass --backend/--allocator/--os/--attention to "
                    "price another platform", err=True)

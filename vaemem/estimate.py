@@ -38,7 +38,8 @@ order:
 The **attention path** (``attention="math"`` where no fused SDPA kernel runs, as ``detect_platform`` reports): the
 dry-run peak becomes ``max(fused structure, attention structure)``, the latter the live bytes while an attention
 module runs with its (tokens x tokens) score matrices, quadratic in area (tiled: one tile's attention peak on top,
-an upper bound). The calibration lines were measured on the fused path and price that peak as they find it.
+an upper bound). The calibration lines price that peak as they find it: they are fitted over a platform's
+measured points, fused-path ones everywhere and math-path ones where a rig measured them.
 
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
@@ -239,7 +240,7 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
     return v
 
 
-def _check_line(line: dict, where: str) -> None:
+def _check_line(line: dict, where: str, small: bool = False) -> None:
     for name in ("dry_factor", "per_sample_factor", "base_bytes", "dry_bytes_max"):
         _field(line, name, where, "num>=0")
     for name in ("single_frame_factor", "single_frame_bytes"):
@@ -248,8 +249,9 @@ def _check_line(line: dict, where: str) -> None:
     _field(line, "n_points", where, "int>0")
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
-        _check_line(_field(line, "small", where, "dict"), f"{where}.small")
-    if line["dry_factor"] + line["per_sample_factor"] <= 0:
+        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True)
+    if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small:  # the small line may be flat: past its
+        # points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
                          f": the line would not grow with the dry-run peak")
 
@@ -380,6 +382,8 @@ def validate(data: object, source: str = "coefficients") -> dict:
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
         _check_structure(st, f"{source}: structures.{name}")
+        want = "tiled" if name.endswith("/tiled") else "frames"  # the key says which basis pricing evaluates
+        _need(st["kind"] == want, f"{source}: structures.{name}.kind", f'"{want}" for this key', st["kind"])
     _index(data)
     return data
 
@@ -651,10 +655,9 @@ class _Plan:
                                  f"it with `vaemem fit` to price the math attention path")
             if op in m["attention_ops"]:
                 a = structures.get(structure_key(arch, op, dtype, False, "math"))
-                if a is None or s is None:
-                    raise ValueError(f"no {'math-attention ' if s is not None else ''}dry-run structure of {model} "
-                                     f"{op} {dtype}{' tiled' if tiled else ''} in this coefficient file: the math "
-                                     f"attention path's score matrices cannot be priced")
+                if a is None:
+                    raise ValueError(f"no math-attention dry-run structure of {model} {op} {dtype} in this "
+                                     f"coefficient file: the math attention path's score matrices cannot be priced")
                 self.attn = compile_structure(a)
         # slicing (diffusers' enable_slicing, one sample at a time): the peak of one sample plus the outputs of the
         # samples before it, exact in dry runs; the output's bytes per pixel come from the untiled structure
@@ -676,9 +679,6 @@ class _Plan:
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
             return
         if self.group is not None:
-            if self.attn is not None:
-                raise ValueError(f"{model} {op} on {backend}/{allocator}/{os} is priced by a measured pixel line, "
-                                 f"which cannot add the math attention path's score matrices")
             self.kind = "pixel"
             g = self.group
             self.pixel_line = (g["slope_bytes_per_pixel"], g.get("tile_slope_bytes_per_tile_pixel", 0.0),
@@ -732,6 +732,7 @@ class _Plan:
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
             pixels = w * h * b * f  # type: ignore[operator]
             env = int(slope * pixels + tile_slope * (t * t if t else 0) + base)
+            env += self._attention_on_top(w, h, b, f, t)
             note = ""
             if top is not None and pixels > top:  # honest about extrapolation: the line is only measured so far
                 note = f", extrapolated to {pixels / top:.1f}x its largest measured size"
@@ -744,7 +745,7 @@ class _Plan:
             return env + self.cast_bytes, env, None, 0, note, 0.0
         cs = self.cs
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
-            floor = _legacy(*self.legacy, w, h, b, f, t)
+            floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
             return floor + self.cast_bytes, 0, None, floor, "", 0.0
         bs = 1 if sliced else b  # the samples in flight at once
         dry = structure_eval(cs, w, h, bs, f, t, None if cs[0] else
@@ -773,6 +774,17 @@ class _Plan:
             return floor + self.cast_bytes, 0, dry, floor, "", 0.0
         env = int(floor * dry / ref)
         return (env if env > floor else floor) + self.cast_bytes, env, dry, floor, "", ref
+
+
+    def _attention_on_top(self, w: int, h: int, b: int, f: int, t: object) -> int:
+        """Where no fused structure covers a math-path request (a pixel line, the legacy rule), the attention
+        structure's peak of the tile or image, added on top: an upper bound."""
+        ac = self.attn
+        if ac is None:
+            return 0
+        side_w, side_h = (t, t) if t is not None else (w, h)
+        terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
+        return int(structure_eval(ac, side_w, side_h, b, f, None, terms))  # type: ignore[arg-type]
 
 
 def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str,
@@ -814,34 +826,42 @@ def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, d
     structure covers the request (tiled video, an architecture never dry-run). On the math attention path:
     ``max(fused peak, attention peak)`` untiled, a tile's attention peak on top of the fused peak tiled. Sliced:
     one sample's peak plus ``batch - 1`` outputs."""
+    if attention not in ATTENTION or type(slicing) is not bool:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION)} and slicing True or False, got "
+                         f"{attention!r}, {slicing!r}")
     m = coef["models"][model]
     structures = coef.get("structures", {})
-    s = structures.get(structure_key(m["architecture"], op, dtype, tile is not None))
-    if s is None:
-        return None
+    arch = m["architecture"]
+    s = structures.get(structure_key(arch, op, dtype, tile is not None))
+    u = structures.get(structure_key(arch, op, dtype, False))
+    a = structures.get(structure_key(arch, op, dtype, False, "math")) if attention == "math" else None
+    if s is None or (slicing and batch > 1 and not (u and u.get("output_bytes_per_pixel"))) or \
+            (attention == "math" and a is None and op in m.get("attention_ops", OPS)):
+        return None  # as the estimator: no structure covers this request
     bs = 1 if slicing else batch
     dry = structure_bytes(s, width, height, bs, frames, tile)
-    a = structures.get(structure_key(m["architecture"], op, dtype, False, "math")) if attention == "math" else None
     if a is not None:
         attn = structure_bytes(a, *((width, height) if tile is None else (tile, tile)), bs, frames, None)
         dry = max(dry, attn) if tile is None else dry + attn
     if slicing and batch > 1:
-        u = compile_structure(structures[structure_key(m["architecture"], op, dtype, False)])
-        dry += (batch - 1) * output_per_pixel(u, frames) * width * height  # type: ignore[operator]
+        dry += (batch - 1) * output_per_pixel(compile_structure(u), frames) * width * height  # type: ignore
     return dry
 
 
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
     a video architecture; ``frame_pixels``: width x height). Below the line's domain (``domain_min_frame_pixels``)
-    the line of the points measured there (``small``) prices instead. The one evaluation of the line: the fit, the
-    reports and the pricing all call it."""
+    the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
+    the larger of the two lines. The one evaluation of the line: the fit, the reports and the pricing all call
+    it."""
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
     if single_frame:
         v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
     small = c.get("small")
     if small is not None and frame_pixels < c["domain_min_frame_pixels"]:
-        return calibration_bytes(small, dry, dry1, single_frame, frame_pixels)
+        u = calibration_bytes(small, dry, dry1, single_frame, frame_pixels)
+        if dry <= small["dry_bytes_max"] or u > v:  # past the small points' dry-run peaks, never below the line
+            return u
     return v
 
 
@@ -854,7 +874,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     ``cast``: which weights the app cast from ``loaded_dtype`` to ``dtype``: ``"model"`` (the whole VAE, what
     loading and ``.to(dtype)`` do) or ``"op"`` (only the half the op runs). ``attention``: ``"fused"`` (an SDPA
     kernel) or ``"math"`` (no fused kernel: the score matrices are materialised; ``detect_platform`` says which);
-    the math path's dry-run peak is priced by the platform's line, which was measured on the fused path.
+    the math path's dry-run peak is priced by the platform's line (fitted over its fused and, where measured, its
+    math-path points).
     ``slicing``: diffusers' ``enable_slicing`` (a batch decoded one sample at a time)."""
     plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
                  attention, slicing)
@@ -862,10 +883,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     pixels = int(width) * int(height) * int(batch) * int(frames)
     cast_note = ""
     if attention == "math":
-        cast_note = ("; math attention path: dry-run peak with its score matrices" if plan.attn is not None else
-                     "; math attention path: no attention module in this op, so the same as fused")
+        cast_note = ("; math attention path: no attention module in this op, so the same as fused"
+                     if plan.attn is None else "; math attention path: dry-run peak with its score matrices"
+                     if plan.cs is not None and plan.kind != "pixel" else
+                     "; math attention path: the attention peak of the tile or image added on top (an upper bound)")
     if slicing and int(batch) > 1:
-        cast_note += ("; sliced: one sample's peak plus the outputs of the samples before it" if plan.out is not None
+        cast_note += ("; sliced: one sample's peak plus the outputs of the samples before it"
+                      if plan.out is not None and plan.cs is not None and plan.kind != "pixel"
                       else "; sliced, priced as unsliced (an upper bound: no dry-run structure)")
     if plan.cast_bytes:
         cast_note += (f"; cast {plan.cast_params:,} parameters ("
@@ -874,10 +898,15 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
         if own is not None:
-            reason = (f"measured on this platform ({own['n_points']} points): {own['dry_factor']:.3f} x dry-run peak "
-                      f"{dry / MIB:.0f} MiB")
-            if dry > own["dry_bytes_max"]:
-                reason += f", {dry / own['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
+            small = own.get("small")
+            below = small is not None and int(width) * int(height) < own["domain_min_frame_pixels"]
+            line = small if below and dry <= small["dry_bytes_max"] else own
+            where = (f"; frames below {own['domain_min_frame_pixels']} px: the line of the points measured there"
+                     if line is small else "")
+            reason = (f"measured on this platform ({own['n_points']} points{where}): {line['dry_factor']:.3f} x "
+                      f"dry-run peak {dry / MIB:.0f} MiB")
+            if dry > line["dry_bytes_max"]:
+                reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,
                             pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"

@@ -209,9 +209,12 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         if gid in calibrated:
             continue
         if gid != group_id(key):
-            unfitted.append({**key, "group": gid, "n_points": len(pts),
-                             "reason": "a variant (overlap, slicing, attention or conv3d path): priced through its "
-                                       "dry run by its platform's calibration, never by a pixel line"})
+            priced = dry_of(pts[0].point, key, structures) is not None
+            unfitted.append({**key, "group": gid, "n_points": len(pts), "reason": (
+                "a variant (slicing or the attention path): priced through its dry run by its platform's "
+                "calibration, never by a pixel line" if priced else
+                "a variant no structure covers (a tile overlap other than 0.25, or the conv3d decomposition): kept "
+                "as data, priced by nothing")})
             continue
         pixels = [p.pixels for p in pts]
         if len(set(pixels)) < 2:

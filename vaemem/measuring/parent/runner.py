@@ -166,7 +166,7 @@ def sweep_plan(points: Sequence[Point], out: Path, rig: str, runs: int, force: b
 
 def _setting(p: Point) -> tuple:
     """A point's settings without its size: an OOM here makes larger sizes pointless."""
-    return (p.model, p.op, p.dtype, p.batch, p.frames, p.tile, p.allocator, p.device_type)
+    return (p.model, p.op, p.dtype, p.batch, p.frames, p.tile, p.allocator, p.device_type, p.variant)
 
 
 def plan(points: Sequence[Point], runs: int, done: set[tuple[str, int]], force: bool) -> list[Task]:
