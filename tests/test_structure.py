@@ -113,10 +113,25 @@ def test_the_math_path_peak_is_the_larger_of_the_fused_peak_and_the_attention_pe
         assert math.peak_bytes == trace(TraceSpec(name, op, "fp32", w, w, frames=frames, attention="math")).peak_bytes
 
 
+@pytest.mark.slow
+def test_a_tiny_wan_math_structure_is_an_upper_bound():
+    """tiny-wan's attention peak is not yet quadratic at the traced sides (its channels are few): above the true
+    peak, never below it."""
+    name, op = "tiny-wan", "decode"
+    fused = derive(_entries(grid(name, op, "fp32", False)), name, op, "fp32", False)
+    attn = derive(_entries(grid(name, op, "fp32", False, "math")), name, op, "fp32", False, "math")
+    doc = {"models": {name: {"architecture": name}},
+           "structures": {est.structure_key(name, op, "fp32", False): fused,
+                          est.structure_key(name, op, "fp32", False, "math"): attn}}
+    for w, h, f in ((320, 256, 21), (256, 256, 9)):
+        fresh = trace(TraceSpec(name, op, "fp32", w, h, frames=f, attention="math")).peak_bytes
+        priced = est.dry_run_bytes(doc, name, op, w, h, dtype="fp32", frames=f, attention="math")
+        assert fresh <= priced <= 1.5 * fresh
+
+
 @pytest.mark.parametrize("name,op,frames,w,h", [
     ("tiny-kl", "decode", 1, 320, 192), ("tiny-kl", "encode", 1, 512, 512),
-    pytest.param("tiny-hunyuanvideo", "decode", 13, 192, 128, marks=pytest.mark.slow),
-    pytest.param("tiny-wan", "decode", 21, 320, 256, marks=pytest.mark.slow)])
+    pytest.param("tiny-hunyuanvideo", "decode", 21, 320, 256, marks=pytest.mark.slow)])
 def test_a_math_structure_reproduces_fresh_math_dry_runs(name, op, frames, w, h):
     """Derived from the grid, priced as max(fused structure, attention structure), against a dry run off it."""
     fused = derive(_entries(grid(name, op, "fp32", False)), name, op, "fp32", False)
