@@ -284,6 +284,16 @@ def _check_structure(s: dict, where: str) -> None:
               f"{len(knots)} non-negative numbers", o)
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
+    if "upper" in s:
+        up = _field(s, "upper", where, "dict")
+        _field(up, "area_from", f"{where}.upper", "int>0")
+        for name in ("bytes_per_pixel", "bytes_per_pixel_squared", "base_bytes"):
+            v = _field(up, name, f"{where}.upper", "list")
+            _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.upper.{name}", f"{len(knots)} numbers",
+                  v)
+    if "extrapolate" in s:
+        _need(s["extrapolate"] in ("linear", "quadratic"), f"{where}.extrapolate", '"linear" or "quadratic"',
+              s["extrapolate"])
     area_min = s.get("area_min") or 64 * 64
     for k in knots:
         for side in (int(area_min ** 0.5), 1024):
@@ -435,8 +445,12 @@ def compile_structure(s: dict) -> tuple:
     """A structure as a tuple for :func:`structure_eval` (no dict lookups on the hot path)."""
     if s["kind"] == "tiled":
         return (True, tuple(s["coef"]), s["spatial_factor"], s["overlap"])
+    up = s.get("upper")
+    upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
+                                                       tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
-            tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())))
+            tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())),
+            s.get("extrapolate", "linear") == "quadratic", upper)
 
 
 def output_per_pixel(c: tuple, frames: int) -> float | None:
@@ -456,7 +470,10 @@ def output_per_pixel(c: tuple, frames: int) -> float | None:
 
 def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
     """(a, q, base) of an untiled compiled structure at ``frames``: the knots' values, linear between knots and
-    extrapolated along the last segment past the last knot (by then the growth is the output clip's)."""
+    extrapolated along the last segment past the last knot (by then the growth is the output clip's). A structure
+    marked ``extrapolate: quadratic`` (the math path's attention peak, whose scores can span frames: Mochi's
+    temporal attention) takes, past its last knot, the larger of that and the parabola through its last three
+    knots, term by term."""
     knots, a_, q_, b_ = c[1], c[2], c[3], c[4]
     n = len(knots)
     if n == 1 or frames <= knots[0]:
@@ -465,8 +482,16 @@ def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
     while i < n - 1 and knots[i] < frames:
         i += 1
     u = (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
-    return (a_[i - 1] + (a_[i] - a_[i - 1]) * u, q_[i - 1] + (q_[i] - q_[i - 1]) * u,
-            b_[i - 1] + (b_[i] - b_[i - 1]) * u)
+    lin = (a_[i - 1] + (a_[i] - a_[i - 1]) * u, q_[i - 1] + (q_[i] - q_[i - 1]) * u,
+           b_[i - 1] + (b_[i] - b_[i - 1]) * u)
+    if not (len(c) > 7 and c[7] and n >= 3 and frames > knots[-1]):
+        return lin
+    x0, x1, x2 = knots[-3], knots[-2], knots[-1]  # Lagrange weights of the last three knots at ``frames``
+    w0 = (frames - x1) * (frames - x2) / ((x0 - x1) * (x0 - x2))
+    w1 = (frames - x0) * (frames - x2) / ((x1 - x0) * (x1 - x2))
+    w2 = (frames - x0) * (frames - x1) / ((x2 - x0) * (x2 - x1))
+    quad = tuple(w0 * v[-3] + w1 * v[-2] + w2 * v[-1] for v in (a_, q_, b_))
+    return tuple(p if p > q else q for p, q in zip(lin, quad))  # type: ignore[return-value]
 
 
 def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, tile: int | None,
@@ -478,8 +503,12 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
         n = tiles_visited(width, height, tile, c[2], c[3])  # type: ignore[arg-type]
         t2 = tile * tile  # type: ignore[operator]
         return batch * (k[0] * t2 + k[1] * n * t2 + k[2] * width * height + k[3])
-    a, q, b = terms or frame_terms(c, frames)
     area = width * height
+    up = c[8] if len(c) > 8 else None
+    if up is not None and area > up[0]:  # the second area piece (a video model's large frames)
+        a, q, b = frame_terms(up[1], frames)
+    else:
+        a, q, b = terms or frame_terms(c, frames)
     if area < c[5]:
         area = c[5]
     v = batch * (a * area + q * area * area + b)

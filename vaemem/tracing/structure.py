@@ -11,7 +11,10 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   window, where its mask stops growing quadratically), extrapolated past the last knot along the last segment (by
   then the growth is the output clip's copies). Below the smallest traced area a max of regimes can take over (a
   tiny model's mask against its convolutions), so the estimator prices smaller areas at the smallest traced one:
-  an upper bound, as the peak grows with area.
+  an upper bound, as the peak grows with area. A video model has a second area piece (``upper``), fitted from
+  the largest of the three sizes up 16x in area: at the sizes apps run a term the small sizes barely see can lead
+  (HunyuanVideo's causal mask in encode, Mochi's and CogVideoX's convolutions), and one fit through 64-256 px
+  under-priced them by up to a third.
 * Tiled (images), the peak is one tile's working set plus the decoded-tile store plus the output:
   ``peak = a * tile^2 + b * n_tiles * tile^2 + c * width * height + base``, with ``n_tiles`` the tiles the class's
   loop visits (a latent stride of tile x (1 - overlap)). Tiled video is not structured (it is priced from its own
@@ -66,13 +69,24 @@ def _sizes(spec: ModelSpec, attention: str = "fused") -> tuple[tuple[int, int], 
     return (64, 64), (a, a), (2 * a, 2 * a)
 
 
+def _upper_sizes(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """A video model's second area piece, from the largest size of :func:`_sizes` up 16x in area: past it a term
+    the small sizes barely see can lead (HunyuanVideo encode at 1280x704 x 17 frames needed 1.49x what the small
+    sizes' fit gave; Mochi decode 1.39x; CogVideoX encode 1.20x)."""
+    a = 256 if spec.spatial_factor >= 32 else 128
+    return (2 * a, 2 * a), (4 * a, 4 * a), (8 * a, 8 * a)
+
+
 def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") -> list[TraceSpec]:
     """The dry runs a structure is derived from."""
     spec = get_spec(name)
     if tiled:
         return [TraceSpec(name, op, dtype, w, h, tile=t) for t, w, h in TILE_GRID]
+    sizes = _sizes(spec, attention)
+    if spec.is_video and attention == "fused":
+        sizes += _upper_sizes(spec)[1:]
     return [TraceSpec(name, op, dtype, w, h, frames=f, attention=attention) for f in frame_knots(spec)
-            for w, h in _sizes(spec, attention)]
+            for w, h in sizes]
 
 
 def structured(name: str) -> list[tuple[str, str, bool, str]]:
@@ -109,6 +123,24 @@ def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
     return [float(c) for c in coef]
 
 
+def _piece(peaks: dict, knots: list[int], sizes: tuple[tuple[int, int], ...]) -> tuple[list, list, list]:
+    """Per knot, ``a x area + q x area^2 + base`` through the three sizes (rounded: per pixel to 1e-3, bytes
+    whole)."""
+    slopes, quads, bases = [], [], []
+    for fr in knots:
+        areas = [float(w * h) for w, h in sizes]
+        ys = [peaks[(w, h, fr, None)] for w, h in sizes]
+        a, q, b = _solve([[x, x * x, 1.0] for x in areas], ys)
+        if q < 0:  # concave (a base that matters at small sizes): the chord through the two largest sizes lies
+            q = 0.0  # above the curve everywhere outside it, so the structure never falls with area
+            a = (ys[2] - ys[1]) / (areas[2] - areas[1])
+            b = ys[2] - a * areas[2]
+        slopes.append(round(a, 3))
+        quads.append(float(f"{q:.6e}"))
+        bases.append(round(b))
+    return slopes, quads, bases
+
+
 def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
            attention: str = "fused") -> dict[str, Any] | None:
     """The structure of (``name``, op, dtype, tiling, attention path) from dry-run cache entries, or None if the
@@ -134,20 +166,17 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f,
                "coef": [round(c, 3) for c in coef]}
     else:
-        knots, slopes, quads, bases = frame_knots(spec), [], [], []
-        for fr in knots:
-            areas = [float(w * h) for w, h in _sizes(spec, attention)]
-            ys = [peaks[(w, h, fr, None)] for w, h in _sizes(spec, attention)]
-            a, q, b = _solve([[x, x * x, 1.0] for x in areas], ys)
-            if q < 0:  # concave (a base that matters at small sizes): the chord through the two largest sizes lies
-                q = 0.0  # above the curve everywhere outside it, so the structure never falls with area
-                a = (ys[2] - ys[1]) / (areas[2] - areas[1])
-                b = ys[2] - a * areas[2]
-            slopes.append(round(a, 3))
-            quads.append(float(f"{q:.6e}"))
-            bases.append(round(b))
+        knots = frame_knots(spec)
+        slopes, quads, bases = _piece(peaks, knots, _sizes(spec, attention))
         out = {"kind": "frames", "knots": knots, "bytes_per_pixel": slopes, "bytes_per_pixel_squared": quads,
                "base_bytes": bases, "area_min": min(w * h for w, h in _sizes(spec, attention))}
+        if spec.is_video and attention == "fused":
+            up = _upper_sizes(spec)
+            u_slopes, u_quads, u_bases = _piece(peaks, knots, up)
+            out["upper"] = {"area_from": up[0][0] * up[0][1], "bytes_per_pixel": u_slopes,
+                            "bytes_per_pixel_squared": u_quads, "base_bytes": u_bases}
+        if attention == "math" and len(knots) >= 3:  # scores over frames (Mochi) grow faster than the clip
+            out["extrapolate"] = "quadratic"
         if attention == "fused" and all(outputs[k] is not None for k in wanted):
             # one sample's output per pixel (what slicing keeps per finished sample): exactly linear in area, so
             # the largest ratio of the three sizes, rounded up to 1e-3 B/px
