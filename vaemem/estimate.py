@@ -453,19 +453,26 @@ def compile_structure(s: dict) -> tuple:
             s.get("extrapolate", "linear") == "quadratic", upper)
 
 
-def output_per_pixel(c: tuple, frames: int) -> float | None:
-    """Bytes per pixel of one sample's output at ``frames`` (interpolated between knots as :func:`frame_terms`),
-    from an untiled compiled structure; None where the structure does not carry it."""
-    knots, o = c[1], c[6]
-    if not o:
-        return None
+def _segment(knots: tuple, frames: int) -> tuple[int, float]:
+    """(i, u): ``frames`` lies u of the way from knot i - 1 to knot i (u > 1 past the last knot); (0, 0.0) at or
+    before the first knot, or with one knot."""
     n = len(knots)
     if n == 1 or frames <= knots[0]:
-        return o[0]
+        return 0, 0.0
     i = 1
     while i < n - 1 and knots[i] < frames:
         i += 1
-    return o[i - 1] + (o[i] - o[i - 1]) * (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
+    return i, (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
+
+
+def output_per_pixel(c: tuple, frames: int) -> float | None:
+    """Bytes per pixel of one sample's output at ``frames`` (interpolated between knots as :func:`frame_terms`),
+    from an untiled compiled structure; None where the structure does not carry it."""
+    o = c[6]
+    if not o:
+        return None
+    i, u = _segment(c[1], frames)
+    return o[0] if i == 0 else o[i - 1] + (o[i] - o[i - 1]) * u
 
 
 def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
@@ -476,12 +483,9 @@ def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
     knots, term by term."""
     knots, a_, q_, b_ = c[1], c[2], c[3], c[4]
     n = len(knots)
-    if n == 1 or frames <= knots[0]:
+    i, u = _segment(knots, frames)
+    if i == 0:
         return a_[0], q_[0], b_[0]
-    i = 1
-    while i < n - 1 and knots[i] < frames:
-        i += 1
-    u = (frames - knots[i - 1]) / (knots[i] - knots[i - 1])
     lin = (a_[i - 1] + (a_[i] - a_[i - 1]) * u, q_[i - 1] + (q_[i] - q_[i - 1]) * u,
            b_[i - 1] + (b_[i] - b_[i - 1]) * u)
     if not (len(c) > 7 and c[7] and n >= 3 and frames > knots[-1]):
@@ -495,9 +499,10 @@ def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
 
 
 def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, tile: int | None,
-                   terms: tuple[float, float, float] | None = None) -> float:
-    """The dry-run peak of a compiled structure (see :func:`structure_bytes`); ``terms``: its
-    :func:`frame_terms` at ``frames`` when the caller has them already."""
+                   terms: tuple[float, float, float] | None = None,
+                   uterms: tuple[float, float, float] | None = None) -> float:
+    """The dry-run peak of a compiled structure (see :func:`structure_bytes`); ``terms`` and ``uterms``: the
+    :func:`frame_terms` at ``frames`` of its piece and of its second area piece, when the caller has them."""
     if c[0]:
         k = c[1]
         n = tiles_visited(width, height, tile, c[2], c[3])  # type: ignore[arg-type]
@@ -506,13 +511,37 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     area = width * height
     up = c[8] if len(c) > 8 else None
     if up is not None and area > up[0]:  # the second area piece (a video model's large frames)
-        a, q, b = frame_terms(up[1], frames)
+        a, q, b = uterms or frame_terms(up[1], frames)
     else:
         a, q, b = terms or frame_terms(c, frames)
     if area < c[5]:
         area = c[5]
     v = batch * (a * area + q * area * area + b)
     return v if v > 0 else 0.0
+
+
+def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
+              terms: tuple | None = None, aterms: tuple | None = None,
+              uterms: tuple | None = None) -> tuple[float, float]:
+    """(dry-run peak, of one sample) of a request from its compiled structures: ``cs`` the fused one for its
+    tiling, ``ac`` the math path's attention structure or None (the larger of the two untiled, a tile's attention
+    peak on top of the fused peak tiled: an upper bound), ``out`` the untiled structure whose output bytes a sliced
+    batch keeps (None: unsliced). ``terms``/``aterms``/``uterms``: the :func:`frame_terms` at ``f`` of ``cs``, ``ac``
+    and ``cs``'s second area piece, where cached. The one
+    evaluation of the variants: pricing and :func:`dry_run_bytes` both call it."""
+    sliced = out is not None and b > 1
+    bs = 1 if sliced else b  # the samples in flight at once
+    dry = structure_eval(cs, w, h, bs, f, t, terms, uterms)
+    if ac is not None:
+        if t is None:
+            a = structure_eval(ac, w, h, bs, f, None, aterms)
+            dry = a if a > dry else dry
+        else:
+            dry += structure_eval(ac, t, t, bs, f, None, aterms)
+    one = dry / bs
+    if sliced:
+        dry = one + (b - 1) * output_per_pixel(out, f) * w * h  # type: ignore[arg-type,operator]
+    return dry, one
 
 
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
@@ -637,7 +666,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out")
+                 "attn", "attn_terms", "out", "up", "uterms")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -675,6 +704,8 @@ class _Plan:
         s = structures.get(structure_key(arch, op, dtype, tiled))
         self.cs = None if s is None else compile_structure(s)
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
+        self.up = None if s is None or s["kind"] == "tiled" or "upper" not in s else self.cs[8][1]  # type: ignore
+        self.uterms: dict = {}  # frames -> frame_terms of its second area piece
         # the math attention path: the dry-run peak is max(fused structure, attention structure); None where the
         # op has no attention module (the math path changes nothing) or the path is fused
         self.attn, self.attn_terms = None, {}
@@ -776,24 +807,18 @@ class _Plan:
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
             floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
             return floor + self.cast_bytes, 0, None, floor, "", 0.0
-        bs = 1 if sliced else b  # the samples in flight at once
-        dry = structure_eval(cs, w, h, bs, f, t, None if cs[0] else
-                             self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)))
         ac = self.attn
-        if ac is not None:  # math path: the attention modules' peak, of the whole image or of one tile on top
-            terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
-            if t is None:
-                a = structure_eval(ac, w, h, bs, f, None, terms)
-                dry = a if a > dry else dry
-            else:  # an upper bound: a tile's attention peak counts its own working set again
-                dry += structure_eval(ac, t, t, bs, f, None, terms)
-        one = dry / bs  # the dry-run peak of one sample
-        if sliced:
-            dry = one + (b - 1) * output_per_pixel(self.out, f) * w * h  # type: ignore[operator,arg-type]
+        dry, one = _dry_peak(cs, ac, self.out, w, h, b, f, t,  # type: ignore[arg-type]
+                             None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),
+                             None if ac is None else
+                             self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
+                             None if self.up is None else
+                             self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         if kind == "calib":
             env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h))  # type: ignore
             return env + self.cast_bytes, env, dry, 0, "", 0.0
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
+        bs = 1 if sliced else b
         floor = _legacy(*self.legacy, w, h, bs, 1, t)
         ref = 0.0 if self.cref is None else structure_eval(self.cref, w, h, bs, 1, t, self.ref_terms)
         if sliced:
@@ -867,14 +892,9 @@ def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, d
     if s is None or (slicing and batch > 1 and not (u and u.get("output_bytes_per_pixel"))) or \
             (attention == "math" and a is None and op in m.get("attention_ops", OPS)):
         return None  # as the estimator: no structure covers this request
-    bs = 1 if slicing else batch
-    dry = structure_bytes(s, width, height, bs, frames, tile)
-    if a is not None:
-        attn = structure_bytes(a, *((width, height) if tile is None else (tile, tile)), bs, frames, None)
-        dry = max(dry, attn) if tile is None else dry + attn
-    if slicing and batch > 1:
-        dry += (batch - 1) * output_per_pixel(compile_structure(u), frames) * width * height  # type: ignore
-    return dry
+    return _dry_peak(compile_structure(s), None if a is None else compile_structure(a),
+                     compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
+                     width, height, batch, frames, tile)[0]
 
 
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> float:
@@ -883,15 +903,20 @@ def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, fram
     the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
     the larger of the two lines. The one evaluation of the line: the fit, the reports and the pricing all call
     it."""
+    return _line_at(c, dry, dry1, single_frame, frame_pixels)[1]
+
+
+def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> tuple[dict, float]:
+    """(the line that prices, its bytes): :func:`calibration_bytes`, saying which line it took."""
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
     if single_frame:
         v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
     small = c.get("small")
     if small is not None and frame_pixels < c["domain_min_frame_pixels"]:
-        u = calibration_bytes(small, dry, dry1, single_frame, frame_pixels)
+        u = _line_at(small, dry, dry1, single_frame, frame_pixels)[1]
         if dry <= small["dry_bytes_max"] or u > v:  # past the small points' dry-run peaks, never below the line
-            return u
-    return v
+            return small, u
+    return c, v
 
 
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
@@ -927,11 +952,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
         if own is not None:
-            small = own.get("small")
-            below = small is not None and int(width) * int(height) < own["domain_min_frame_pixels"]
-            line = small if below and dry <= small["dry_bytes_max"] else own
+            line = _line_at(own, dry, dry / int(batch), plan.arch_video and int(frames) == 1,
+                            int(width) * int(height))[0]
             where = (f"; frames below {own['domain_min_frame_pixels']} px: the line of the points measured there"
-                     if line is small else "")
+                     if line is not own else "")
             reason = (f"measured on this platform ({own['n_points']} points{where}): {line['dry_factor']:.3f} x "
                       f"dry-run peak {dry / MIB:.0f} MiB")
             if dry > line["dry_bytes_max"]:

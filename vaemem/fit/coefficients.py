@@ -24,11 +24,10 @@ from vaemem.estimate import GROUP_KEYS, calibration_bytes, group_id  # the estim
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
-from vaemem.measuring.point import DEFAULT_OVERLAP, variant_suffix
+from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_suffix
 
-# A point's variant fields and their defaults (lines measured before they existed carry none). A group of
-# variant points (``.../untiled/sliced``) enters the calibrations through its dry runs and gets no pixel line.
-VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
+# A group of variant points (``.../untiled/sliced``) enters the calibrations through its dry runs and gets no pixel
+# line.
 
 COEFFICIENTS_SCHEMA_VERSION = 2
 EXCEPTIONS_SCHEMA_VERSION = 1
@@ -138,7 +137,7 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         raise VaememError("no run with status ok in the measurements: nothing to fit")
     groups: dict[str, tuple[dict[str, Any], list[PointDemand]]] = {}
     for ident, pd in sorted(points.items()):
-        gid = group_id(keys[ident]) + variant_suffix(*(pd.point[k] for k in VARIANT_DEFAULTS))
+        gid = group_id(keys[ident]) + variant_suffix(pd.point)
         groups.setdefault(gid, (keys[ident], []))[1].append(pd)
     for gid, (_, pts) in groups.items():
         backends = {p.backend for p in pts}
@@ -286,24 +285,21 @@ def request_of(point: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | N
 
 
 def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple[float, float] | None:
-    """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structures (the
-    estimator's evaluation, variants included); None where none covers it: a tile overlap other than the
-    structures' 0.25, the conv3d decomposition, or a math-path point of an op with attention but no math
-    structure."""
+    """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structures, by the
+    estimator's own evaluation (:func:`vaemem.estimate.dry_run_bytes`) of the point's request; None where nothing
+    covers it (a variant the estimator cannot express, or no structure for it)."""
     from vaemem import estimate as est
     from vaemem.models.zoo import ATTENTION_OPS
 
-    arch, op, dtype = key["architecture"], key["op"], key["dtype"]
-    if point.get("overlap", DEFAULT_OVERLAP) != DEFAULT_OVERLAP or point.get("conv3d", "native") != "native":
+    req = request_of(point, key)
+    if req is None:
         return None
-    attention = point.get("attention", "fused")
-    if attention == "math" and op in ATTENTION_OPS[arch] and \
-            est.structure_key(arch, op, dtype, False, "math") not in structures:
-        return None
-    doc = {"models": {arch: {"architecture": arch}}, "structures": structures}
-    w, h, f, t = point["width"], point["height"], point["frames"], point["tile"]
-    kw = dict(dtype=dtype, frames=f, tile=t, attention=attention)
-    dry = est.dry_run_bytes(doc, arch, op, w, h, batch=point["batch"], slicing=point.get("slicing", False), **kw)
+    arch, op = key["architecture"], key["op"]
+    doc = {"models": {arch: {"architecture": arch, "attention_ops": list(ATTENTION_OPS[arch])}},
+           "structures": structures}
+    kw = dict(dtype=req["dtype"], frames=req["frames"], tile=req["tile"], attention=req["attention"])
+    w, h = point["width"], point["height"]
+    dry = est.dry_run_bytes(doc, arch, op, w, h, batch=req["batch"], slicing=req["slicing"], **kw)
     return None if dry is None else (dry, est.dry_run_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 

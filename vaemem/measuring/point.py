@@ -23,6 +23,9 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 CONV3D = ("native", "decomposed")
 DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
 DEFAULT_OVERLAP = 0.25  # diffusers' tile_overlap_factor
+# A point's variant fields and their defaults: the default variant is what lines measured before these fields
+# existed ran, so they read as it and their keys carry no suffix.
+VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
 
 
 @dataclass(frozen=True, order=True)
@@ -73,7 +76,7 @@ class Point:
     def variant(self) -> str:
         """The non-default variant fields as a key suffix (``/o0.5/sliced/math/decomposed``); "" for the default,
         so keys of points measured before these fields existed are unchanged."""
-        return variant_suffix(self.overlap, self.slicing, self.attention, self.conv3d)
+        return variant_suffix(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,13 +86,17 @@ class Point:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
-def variant_suffix(overlap: float, slicing: bool, attention: str, conv3d: str) -> str:
-    return "".join((f"/o{overlap:g}" if overlap != DEFAULT_OVERLAP else "", "/sliced" if slicing else "",
-                    "/math" if attention != "fused" else "", "/decomposed" if conv3d != "native" else ""))
+def variant_suffix(point: dict[str, Any]) -> str:
+    """The key suffix of a point's (or a measurement line's) non-default variant fields; absent fields are
+    defaults."""
+    v = {k: point.get(k, d) for k, d in VARIANT_DEFAULTS.items()}
+    return "".join((f"/o{v['overlap']:g}" if v["overlap"] != DEFAULT_OVERLAP else "",
+                    "/sliced" if v["slicing"] else "", "/math" if v["attention"] != "fused" else "",
+                    "/decomposed" if v["conv3d"] != "native" else ""))
 
 
-def check_variant(spec: ModelSpec, batch: int, tile: int | None, overlap: object, slicing: object,
-                  attention: object, conv3d: object) -> None:
+def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: object, attention: object,
+                  conv3d: object) -> None:
     """Raise VaememError naming what is wrong with a variant of ``spec``; measurement points and dry runs both
     call it."""
     if attention not in ATTENTION:
@@ -163,7 +170,7 @@ def validate(p: Point) -> Point:
     """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
     spec = get_spec(p.model)
     check_geometry(spec, p.op, p.dtype, p.width, p.height, p.batch, p.frames, p.tile)
-    check_variant(spec, p.batch, p.tile, p.overlap, p.slicing, p.attention, p.conv3d)
+    check_variant(spec, p.tile, p.overlap, p.slicing, p.attention, p.conv3d)
     if p.slicing and p.batch == 1:
         raise VaememError("slicing runs a batch one sample at a time: a sliced point needs batch > 1")
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
@@ -200,7 +207,8 @@ def build_grid(
     points = []
     for model, op, dtype, res, batch, frame, tile, alloc, ov, sl, att, c3 in itertools.product(
         models, ops, dtypes, resolutions, batches or [1], frames or [None], tiles or [None], allocators,
-        overlaps or [DEFAULT_OVERLAP], slicing or [False], attention or ["fused"], conv3d or ["native"]
+        *(given or [VARIANT_DEFAULTS[k]] for k, given in (("overlap", overlaps), ("slicing", slicing),
+                                                           ("attention", attention), ("conv3d", conv3d)))
     ):
         w, h = parse_res(res)
         if not get_spec(model).is_video:

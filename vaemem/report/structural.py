@@ -29,8 +29,8 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 
 
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
-    """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, below the
-    calibration domain)."""
+    """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
+    pixels)."""
     out: dict[str, list[tuple]] = {}
     for gid, (key, pts) in sorted(data.groups.items()):
         kernel = get_spec(pts[0].point["model"]).kernel

@@ -95,7 +95,7 @@ def validate_trace(spec: TraceSpec, model: ModelSpec) -> None:
     from vaemem.measuring.point import check_geometry, check_variant
 
     check_geometry(model, spec.op, spec.dtype, spec.width, spec.height, spec.batch, spec.frames, spec.tile)
-    check_variant(model, spec.batch, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d)
+    check_variant(model, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d)
 
 
 def load_config(path: str) -> dict[str, Any]:

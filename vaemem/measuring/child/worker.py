@@ -103,21 +103,19 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
     t_built = time.perf_counter()
     result["build_s"] = round(t_built - t_imported, 4)
 
-    variant = _variant(model, point)  # patched before the baseline, as in the dry run
-    variant.__enter__()
-    probe.start()
-    t0 = time.perf_counter()
-    status, error = "ok", None
-    out = None
-    try:
-        with torch.inference_mode():
-            out = run_op(model, point.op, x)
-    except Exception as e:  # an OOM or a model error is a result, not a crash
-        status = "oom" if _is_oom(e) else "error"
-        error = _one_line(e)
-    finally:
-        readings = probe.stop()
-        variant.__exit__(None, None, None)
+    with _variant(model, point):  # patched before the baseline, as in the dry run
+        probe.start()
+        t0 = time.perf_counter()
+        status, error = "ok", None
+        out = None
+        try:
+            with torch.inference_mode():
+                out = run_op(model, point.op, x)
+        except Exception as e:  # an OOM or a model error is a result, not a crash
+            status = "oom" if _is_oom(e) else "error"
+            error = _one_line(e)
+        finally:
+            readings = probe.stop()
     result["op_wall_s"] = round(time.perf_counter() - t0, 4)
     result["readings"] = readings
     demand, deltas = demand_from(readings)

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.measuring.point import DEFAULT_OVERLAP, Point, build_grid
+from vaemem.measuring.point import VARIANT_DEFAULTS, Point, build_grid
 
 SWEEP_SCHEMA_VERSION = 2  # 1: grids; 2: plans (a list of points with priorities and a budget)
 # Each key of a grid and the type of its list's items (res takes "WxH" strings or a bare side as an integer).
@@ -196,8 +196,8 @@ def _load_plan(path: Path, data: dict[str, Any]) -> Sweep:
         try:
             w, h = parse_res(str(row["res"]))
             p = validate(Point(row["model"], row["op"], row["dtype"], w, h, row.get("batch", 1), row.get("frames", 1),
-                               row.get("tile"), row["allocator"], device, row.get("overlap", DEFAULT_OVERLAP),
-                               row.get("slicing", False), row.get("attention", "fused"), row.get("conv3d", "native")))
+                               row.get("tile"), row["allocator"], device,
+                               **{k: row.get(k, d) for k, d in VARIANT_DEFAULTS.items()}))
         except VaememError as e:
             raise VaememError(f"{path}: point {i}: {e}") from None
         if not 0 <= row["predicted_s"] < 1e9:
@@ -240,9 +240,7 @@ def dumps_plan(device: str, budget_min: float, cost_model: dict[str, Any],
         row = {"priority": priority, "model": p.model, "op": p.op, "dtype": p.dtype, "res": res,
                "allocator": p.allocator, **({"batch": p.batch} if p.batch != 1 else {}),
                **({"frames": p.frames} if p.frames != 1 else {}), **({"tile": p.tile} if p.tile else {}),
-               **({"overlap": p.overlap} if p.overlap != DEFAULT_OVERLAP else {}),
-               **({"slicing": True} if p.slicing else {}), **({"attention": p.attention} if p.attention != "fused"
-                                                                else {}),
-               **({"conv3d": p.conv3d} if p.conv3d != "native" else {}), "predicted_s": predicted, "why": why}
+               **{k: getattr(p, k) for k, d in VARIANT_DEFAULTS.items() if getattr(p, k) != d},
+               "predicted_s": predicted, "why": why}
         lines += ["", "[[point]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
     return "\n".join(lines) + "\n"
