@@ -87,7 +87,7 @@ def test_the_exported_module_is_deterministic_self_contained_and_prices_what_the
 
 def test_export_refuses_a_bad_coefficient_file(tmp_path):
     bad = tmp_path / "c.json"
-    bad.write_text(json.dumps({"schema_version": 2, "models": {}, "groups": [{"op": "decode"}]}))
+    bad.write_text(json.dumps({"schema_version": 3, "models": {}, "groups": [{"op": "decode"}]}))
     res = runner.invoke(app, ["export", "--python", str(tmp_path / "x.py"), "--coefficients", str(bad)])
     assert res.exit_code == 2 and "groups[0].architecture is missing" in res.output and not (tmp_path / "x.py").exists()
 
@@ -203,7 +203,7 @@ def test_a_rig_owners_fit_layered_over_the_packaged_one_wins_for_its_groups(tmp_
     enc = [est.working_memory_bytes("sd15", "encode", 512, 512, coefficients=c, **kw) for c in (layered, PACKAGED)]
     assert enc[0] == enc[1]  # the packaged file fills in what mine lacks
     with pytest.raises(ValueError, match="lacks groups"):
-        est.working_memory_bytes("sd15", "decode", 512, 512, coefficients=[{"schema_version": 2, "models": {}},
+        est.working_memory_bytes("sd15", "decode", 512, 512, coefficients=[{"schema_version": 3, "models": {}},
                                                                            shipped], **kw)
 
 

@@ -222,7 +222,9 @@ def test_ctrl_c_keeps_every_finished_run_and_no_partial_line(tmp_path):
     proc = subprocess.Popen([str(vaemem_bin), "measure", "-m", "tiny-kl", "--op", "decode", "--op", "encode",
                              "--dtype", "fp32", "--res", "64", "--res", "96x64", "--res", "128", "--runs", "3",
                              "--rig", "t", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            # a suite run in the background (nohup ... &) ignores SIGINT, and a child inherits that
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
         time.sleep(0.1)

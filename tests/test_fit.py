@@ -185,7 +185,7 @@ def test_file_is_deterministic_and_written_atomically(tmp_path):
     recs = [_record(w=s, h=s) for s in (64, 128, 256)]
     a = co.dumps(_fit(tmp_path, recs).document)
     b = co.dumps(_fit(tmp_path, list(reversed(recs))).document)
-    assert a == b and a.endswith("\n") and '"schema_version": 2' in a
+    assert a == b and a.endswith("\n") and '"schema_version": 3' in a
     out = tmp_path / "fits" / "c.json"
     co.write_atomic(out, a)
     assert out.read_text() == a and [p.name for p in out.parent.iterdir()] == ["c.json"]
@@ -268,10 +268,10 @@ def test_the_committed_coefficient_file_is_reproducible():
 
 
 def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
-    (tmp_path / "c.json").write_text('{"schema_version": 3}')
+    (tmp_path / "c.json").write_text('{"schema_version": 4}')
     with pytest.raises(VaememError, match="newer than"):
         co.read_coefficients(tmp_path / "c.json")
-    (tmp_path / "c.json").write_text('{"schema_version": 2}')
+    (tmp_path / "c.json").write_text('{"schema_version": 3}')
     with pytest.raises(VaememError, match="lacks models"):
         co.read_coefficients(tmp_path / "c.json")
     (tmp_path / "c.json").write_text('{"schema_version": "1"}')

@@ -79,6 +79,17 @@ def test_attention_table_matches_meta_builds(name):
     assert attention_ops(name) == ATTENTION_OPS[name]
 
 
+@pytest.mark.parametrize("cls", sorted(CLASSES))
+def test_split_convolution_flags_match_meta_builds(cls):
+    from vaemem.models.build import build_meta
+    from vaemem.tracing.trace import SPLIT_CONVS
+
+    name = next(n for n, s in registry().items() if s.class_name == cls)
+    spec = get_spec(name)
+    found = any(type(m).__name__ in SPLIT_CONVS for op in spec.ops for m in build_meta(spec, op).modules())
+    assert found == CLASSES[cls].split_convs
+
+
 @pytest.mark.parametrize("name", REAL)
 def test_geometry_matches_the_built_class(name):
     """The zoo reads factors from the config without torch; the class computes them itself."""

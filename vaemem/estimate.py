@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 2) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 3) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -34,6 +34,10 @@ order:
     dry(SD family))``, both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
+
+A **size-triggered split** (CogVideoX's and Mochi's 3D convolutions chunk an input of more than
+``SPLIT_INPUT_ELEMENTS`` along time) is evaluated exactly from the convolutions the structure lists, on top of the
+smooth part the structure's pieces give (:func:`split_peak_bytes`).
 
 The **attention path** (``attention="math"`` where no fused SDPA kernel runs, as ``detect_platform`` reports): the
 dry-run peak becomes ``max(fused structure, attention structure)``, the latter the live bytes while an attention
@@ -57,7 +61,8 @@ import os as _os
 
 # Kept light on purpose (no dataclasses, typing or pathlib): apps import this on their start-up path.
 
-SCHEMA_VERSION = 2
+# 3: structures may list split convolutions and lines may carry a floor, which a reader of 2 would ignore
+SCHEMA_VERSION = 3
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -72,6 +77,9 @@ ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glib
 OSES = ("linux", "windows", "darwin")
 ATTENTION = ("fused", "math")  # the attention path: a fused SDPA kernel, or the math path's score matrices
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
+# diffusers' CogVideoXSafeConv3d splits an input of more than 2^30 elements (it counts 2 bytes each: "2 GB") into
+# int(elements / 2^30) + 1 chunks along time
+SPLIT_INPUT_ELEMENTS = 2 ** 30
 
 # The legacy rule (prior-art.md), reproduced exactly: bytes = H * W * element_size * k (+ 250 MiB for an fp32
 # SD/SDXL decode); tiled: the same over one tile, times 1.25.
@@ -243,7 +251,7 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
 def _check_line(line: dict, where: str, small: bool = False) -> None:
     for name in ("dry_factor", "per_sample_factor", "base_bytes", "dry_bytes_max"):
         _field(line, name, where, "num>=0")
-    for name in ("single_frame_factor", "single_frame_bytes"):
+    for name in ("single_frame_factor", "single_frame_bytes", "floor_bytes"):
         if name in line:
             _field(line, name, where, "num>=0")
     _field(line, "n_points", where, "int>0")
@@ -291,6 +299,19 @@ def _check_structure(s: dict, where: str) -> None:
             v = _field(up, name, f"{where}.upper", "list")
             _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.upper.{name}", f"{len(knots)} numbers",
                   v)
+    if "split" in s:
+        sp = _field(s, "split", where, "dict")
+        _field(sp, "bytes_per_element", f"{where}.split", "int>0")
+        layers = _field(sp, "layers", f"{where}.split", "list")
+        _need(len(layers) == len(knots) and all(isinstance(k, list) for k in layers), f"{where}.split.layers",
+              f"{len(knots)} lists (one per knot)", layers)
+        for i, k in enumerate(layers):
+            for j, layer in enumerate(k):
+                _need(isinstance(layer, list) and len(layer) == 8 and all(_num(x) for x in layer)
+                      and min(layer[0], layer[1], layer[3], layer[4]) > 0 and min(layer[2], layer[5], layer[6]) >= 0,
+                      f"{where}.split.layers[{i}][{j}]", "[elements per padded pixel > 0, scale > 0, pad >= 0, "
+                      "frames > 0, temporal kernel > 0, output elements per pixel >= 0, live bytes per pixel >= 0, "
+                      "live bytes]", layer)
     if "extrapolate" in s:
         _need(s["extrapolate"] in ("linear", "quadratic"), f"{where}.extrapolate", '"linear" or "quadratic"',
               s["extrapolate"])
@@ -309,7 +330,7 @@ def _check_keys(d: dict, where: str) -> None:
 
 
 def validate(data: object, source: str = "coefficients") -> dict:
-    """Check a coefficient document (schema 2) field by field and index it for pricing. Raises ValueError naming
+    """Check a coefficient document (schema 3) field by field and index it for pricing. Raises ValueError naming
     ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative slope
     or factor, or a line that prices a valid request at zero or less."""
     if not isinstance(data, dict):
@@ -322,7 +343,7 @@ def validate(data: object, source: str = "coefficients") -> dict:
         newer = version > SCHEMA_VERSION
         hint = ("; upgrade vaemem" if newer else
                 "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
-                "readable)" if version == 1 else "")
+                "readable)" if version < SCHEMA_VERSION else "")
         raise ValueError(f"{source} has schema_version {version!r}, {'newer than' if newer else 'not'} the one "
                          f"this estimator reads ({SCHEMA_VERSION})" + hint)
     for name in ("models", "groups"):
@@ -448,9 +469,54 @@ def compile_structure(s: dict) -> tuple:
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
+    sp = s.get("split")
+    split = None if sp is None else (sp["bytes_per_element"],
+                                     tuple(tuple(tuple(layer) for layer in k) for k in sp["layers"]))
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
             tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())),
-            s.get("extrapolate", "linear") == "quadratic", upper)
+            s.get("extrapolate", "linear") == "quadratic", upper, split)
+
+
+def split_peak_bytes(layers: tuple, element_bytes: int, width: int, height: int, batch: int) -> float:
+    """The highest live bytes while a size-triggered split convolution (diffusers' CogVideoXSafeConv3d) joins its
+    outputs, over ``layers`` (0 where none splits). Each layer is (input elements per padded layer pixel, scale:
+    frame pixels per layer pixel along a side, spatial padding per side, input frames, temporal kernel, output
+    elements per frame pixel, live bytes per pixel and live bytes after the call run whole). An input of
+    n > 2^30 elements is cut by ``torch.chunk`` into ``int(n / 2^30) + 1`` parts along time; every part after the
+    first is copied with the ``kernel - 1`` frames before it, and while the outputs are concatenated the copies,
+    the output parts and the whole output are alive: the live bytes of the whole run plus the copies and one
+    output more (exact on the dry runs' own accounting)."""
+    best = 0.0
+    area = width * height
+    for ct, scale, pad, t, kt, o, live_px, live_base in layers:
+        n = batch * ct * (width / scale + 2 * pad) * (height / scale + 2 * pad)
+        if n <= SPLIT_INPUT_ELEMENTS:
+            continue
+        parts = int(n / SPLIT_INPUT_ELEMENTS) + 1
+        frames = int(t + 0.999999)  # interpolated between knots: whole frames, rounded up
+        size = -(-frames // parts)  # torch.chunk: parts of ceil(frames / parts), as many as that fills
+        pieces = -(-frames // size)
+        copies = (frames - size + (pieces - 1) * (kt - 1)) / frames * n if kt > 1 else 0.0
+        peak = batch * (live_px * area + live_base) + (copies + batch * o * area) * element_bytes
+        if peak > best:
+            best = peak
+    return best
+
+
+def _split_at(split: tuple, knots: tuple, width: int, height: int, batch: int, frames: int) -> float:
+    """:func:`split_peak_bytes` at ``frames``: each layer's elements, frames, output and live bytes linear between knots and
+    extrapolated along the last segment past the last knot (a clip's frames flow through the same layers); where
+    two knots list different layers, the larger of their two extras."""
+    eb, per_knot = split
+    i, u = _segment(knots, frames)
+    if i == 0 or u == 1.0:
+        return split_peak_bytes(per_knot[i], eb, width, height, batch)
+    a, b = per_knot[i - 1], per_knot[i]
+    if len(a) != len(b) or any(x[1:3] != y[1:3] or x[4] != y[4] for x, y in zip(a, b)):
+        return max(split_peak_bytes(a, eb, width, height, batch), split_peak_bytes(b, eb, width, height, batch))
+    mixed = tuple(tuple(p if j in (1, 2, 4) else p + (q - p) * u for j, (p, q) in enumerate(zip(x, y)))
+                  for x, y in zip(a, b))
+    return split_peak_bytes(mixed, eb, width, height, batch)
 
 
 def _segment(knots: tuple, frames: int) -> tuple[int, float]:
@@ -517,6 +583,10 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     if area < c[5]:
         area = c[5]
     v = batch * (a * area + q * area * area + b)
+    if len(c) > 9 and c[9] is not None:  # the peak while a split convolution joins its parts, where higher
+        sp = _split_at(c[9], c[1], width, height, batch, frames)
+        if sp > v:
+            v = sp
     return v if v > 0 else 0.0
 
 
@@ -911,6 +981,8 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
     if single_frame:
         v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
+    if v < c.get("floor_bytes", 0):  # a resident floor its smallest points measured, whatever their dry runs
+        v = c["floor_bytes"]
     small = c.get("small")
     if small is not None and frame_pixels < c["domain_min_frame_pixels"]:
         u = _line_at(small, dry, dry1, single_frame, frame_pixels)[1]
@@ -956,8 +1028,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             int(width) * int(height))[0]
             where = (f"; frames below {own['domain_min_frame_pixels']} px: the line of the points measured there"
                      if line is not own else "")
-            reason = (f"measured on this platform ({own['n_points']} points{where}): {line['dry_factor']:.3f} x "
-                      f"dry-run peak {dry / MIB:.0f} MiB")
+            floor = line.get("floor_bytes", 0)
+            at_floor = floor and floor >= calibration_bytes({**line, "floor_bytes": 0, "small": None}, dry,
+                                                             dry / int(batch), plan.arch_video and int(frames) == 1,
+                                                             int(width) * int(height))
+            reason = (f"measured on this platform ({own['n_points']} points{where}): "
+                      + (f"its smallest points' floor of {floor / MIB:.0f} MiB, above {line['dry_factor']:.3f} x "
+                         if at_floor else f"{line['dry_factor']:.3f} x ") + f"dry-run peak {dry / MIB:.0f} MiB")
             if dry > line["dry_bytes_max"]:
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,

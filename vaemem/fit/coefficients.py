@@ -29,7 +29,7 @@ from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_su
 # A group of variant points (``.../untiled/sliced``) enters the calibrations through its dry runs and gets no pixel
 # line.
 
-COEFFICIENTS_SCHEMA_VERSION = 2
+COEFFICIENTS_SCHEMA_VERSION = 3
 EXCEPTIONS_SCHEMA_VERSION = 1
 QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
 SLOPE_STEP = 0.01  # bytes per pixel
@@ -311,7 +311,7 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
 DOMAIN_MIN_FRAME_PIXELS = 128 * 96
 
 
-def calibration_line(rows: list[tuple], margin: float) -> dict[str, Any]:
+def calibration_line(rows: list[tuple], margin: float, floor: bool = False) -> dict[str, Any]:
     """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels) rows:
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
     one-frame clip)``, x (1 + margin), rounded up, fitted on the rows of the domain
@@ -320,14 +320,15 @@ def calibration_line(rows: list[tuple], margin: float) -> dict[str, Any]:
     on either side, every row is fitted in one line). The per-sample term is free only where the rows hold more
     than one batch size, the single-frame term only where they hold one-frame and longer clips of a video model (a
     one-frame clip is its own regime: MiniMax-H3 and Wan encode one frame with other kernels, at up to 2x the factor
-    of a longer clip)."""
+    of a longer clip). ``floor``: one architecture's line may also carry ``floor_bytes`` (see :func:`_envelope`); a
+    line pooled over architectures never does (their floors differ)."""
     below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
     inside = [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
     split = len({r[0] for r in inside}) >= 2 and len({r[0] for r in below}) >= 2
-    line = _envelope(inside if split else rows, margin)
+    line = _envelope(inside if split else rows, margin, floor)
     if split:
         line["domain_min_frame_pixels"] = DOMAIN_MIN_FRAME_PIXELS
-        line["small"] = {**_envelope(below, margin), "n_points": len(below),
+        line["small"] = {**_envelope(below, margin, floor), "n_points": len(below),
                          "dry_bytes_max": int(max(r[0] for r in below))}
     dry = [r[0] for r in rows]
     ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows]
@@ -336,8 +337,45 @@ def calibration_line(rows: list[tuple], margin: float) -> dict[str, Any]:
             "dry_bytes_max": int(max(dry))}
 
 
-def _envelope(rows: list[tuple], margin: float) -> dict[str, Any]:
-    """The line of :func:`calibration_line` through ``rows``, before its floor."""
+# A floor is taken only where the line over the other points would reserve less than this fraction of some floor
+# point's demand: a resident floor the line cannot reach, not a line a little tighter without its smallest point
+# (which held out would price a smaller point at a larger one's demand: CogView4 encode 1.54x).
+FLOOR_NEEDED = 0.75
+
+
+def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str, Any]:
+    """The line of :func:`calibration_line` through ``rows``. With ``floor``, also ``max(floor_bytes, line)``
+    where that reserves less: the points of the k smallest dry-run peaks (k at most half the points) set a floor,
+    their largest demand plus the margin, and the line is fitted over the others; the k of the least summed
+    reservation / demand wins, k = 0 (no floor) on a tie. Why: on this CPU HunyuanImage-2.1's decoder needs
+    309 MiB at 256x256 and at 384x256 alike (dry runs of 112 and 168 MiB), a resident floor, and from 640x384 up
+    1.16-1.20x its dry run; one line through both bent the line and under-priced a held-out size."""
+    best = _line_through(rows, margin)
+    if not floor:
+        return best
+    from vaemem.estimate import calibration_bytes
+
+    def score(line: dict[str, Any]) -> float:
+        return sum(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows)
+
+    order = sorted(rows, key=lambda r: r[0])
+    best_score = score(best)
+    for k in range(1, len(rows) // 2 + 1):
+        if order[k - 1][0] == order[k][0]:  # a floor ends between two dry-run peaks
+            continue
+        if len({r[0] for r in order[k:]}) < 2:
+            break
+        line = _line_through(order[k:], margin)
+        if all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) >= FLOOR_NEEDED * r[2] for r in order[:k]):
+            continue  # the line alone nearly covers them: no evidence of a floor
+        line["floor_bytes"] = int(ceil_step(max(r[2] for r in order[:k]) * (1 + margin), BASE_STEP))
+        if score(line) < best_score - 1e-9:
+            best, best_score = line, score(line)
+    return best
+
+
+def _line_through(rows: list[tuple], margin: float) -> dict[str, Any]:
+    """The envelope line of :func:`calibration_line` over ``rows``, with the margin, rounded up."""
     dry, dry1, demand = ([r[i] for r in rows] for i in range(3))
     single = [1.0 if r[3] else 0.0 for r in rows]
     batched = any(abs(a - b) > 0.5 for a, b in zip(dry, dry1))
@@ -377,7 +415,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
-        archs = {a: calibration_line(rows, margin) for a, rows in sorted(per_arch.items())
+        archs = {a: calibration_line(rows, margin, floor=True) for a, rows in sorted(per_arch.items())
                  if len({r[0] for r in rows}) >= 2}
         if not archs:
             continue

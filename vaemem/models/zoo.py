@@ -214,6 +214,9 @@ class ClassInfo:
     refused_ops: tuple[tuple[str, str], ...] = ()  # (op, reason the class cannot run it in vaemem)
     refused_tiled_ops: tuple[tuple[str, str], ...] = ()  # (op, reason its tiled path cannot run)
     frame_step: int | None = None  # clip lengths are 1 + frame_step*k where that differs from the temporal factor
+    # its 3D convolutions split an input of more than 2^30 elements into chunks along time (diffusers'
+    # CogVideoXSafeConv3d): a step in the peak that the dry runs record (vaemem.tracing.trace.SPLIT_CONVS)
+    split_convs: bool = False
 
 
 CLASSES: dict[str, ClassInfo] = {
@@ -230,12 +233,13 @@ CLASSES: dict[str, ClassInfo] = {
     )),
     # CogVideoX decodes latents two frames at a time: an even latent-frame count decodes to 4T frames, not
     # 1 + 4(T-1), so only clips of 1 + 8k frames (the pipelines' 49 and 81) round-trip.
-    "AutoencoderKLCogVideoX": ClassInfo("cogvideox", "conv3d", True, True, frame_step=8),
+    "AutoencoderKLCogVideoX": ClassInfo("cogvideox", "conv3d", True, True, frame_step=8,
+                                             split_convs=True),
     "AutoencoderKLHunyuanVideo": ClassInfo("hunyuanvideo", "conv3d", True, True),
     "AutoencoderKLHunyuanVideo15": ClassInfo("hunyuanvideo15", "conv3d", True, True),
     "AutoencoderKLLTXVideo": ClassInfo("ltx", "conv3d", True, True),
     "AutoencoderKLLTX2Video": ClassInfo("ltx2", "conv3d", True, True),
-    "AutoencoderKLMochi": ClassInfo("mochi", "conv3d", True, True),
+    "AutoencoderKLMochi": ClassInfo("mochi", "conv3d", True, True, split_convs=True),  # CogVideoX's convolutions
 }
 FAMILIES = {cls: info.family for cls, info in CLASSES.items()}
 

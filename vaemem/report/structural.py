@@ -76,7 +76,7 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
                 train = [(e[3], e[4], e[5], e[6], e[7]) for e in rows if size(e) != left]
                 if len({t[0] for t in train}) < 2:
                     continue
-                line = calibration_line(train, margin)
+                line = calibration_line(train, margin, floor=True)
                 ratios += [_price(line, e) / e[5] for e in rows if size(e) == left]
                 inside += [_price(line, e) / e[5] for e in rows if size(e) == left and e[7] >= DOMAIN_MIN_FRAME_PIXELS]
             if ratios:

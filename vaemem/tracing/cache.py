@@ -7,7 +7,9 @@ Deterministic bytes (sorted keys, no timings), written atomically.
     {"schema_version": 1, "torch_version": "2.13.0+cpu", "diffusers_version": "0.42.1",
      "entries_sha256": "...", "entries": {KEY: {"spec": {...}, "peak_bytes": N, "output_bytes": N,
                                                 "input_bytes": N, "peak_module": "...",
-                                                "attention_peak_bytes": N (math-path entries only)}}}
+                                                "attention_peak_bytes": N (math-path entries only),
+                                                "split_convs": [[B, C, T, H, W, kernel, out, live], ...]
+                                                (where any ran)}}}
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ def read_cache(path: str | Path) -> dict[str, Any]:
         if e["spec"].get("attention") == "math" and (not isinstance(e.get("attention_peak_bytes"), int)
                                                        or isinstance(e.get("attention_peak_bytes"), bool)):
             raise VaememError(f"{path}: entry {key}: a math-path entry needs an integer attention_peak_bytes")
+        calls = e.get("split_convs", [])
+        if not isinstance(calls, list) or not all(
+                isinstance(c, list) and len(c) == 8 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                            for x in c) for c in calls):
+            raise VaememError(f"{path}: entry {key}: split_convs must be lists of 8 positive integers")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         try:
@@ -107,6 +114,8 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
                                       "peak_module": r.peak_module}
         if r.spec.attention == "math":  # the one path whose structure is the attention modules' peak
             doc["entries"][r.spec.key]["attention_peak_bytes"] = r.attention_peak_bytes
+        if r.split_convs:
+            doc["entries"][r.spec.key]["split_convs"] = [list(c) for c in r.split_convs]
     write_atomic(path, dumps(doc))
     return doc
 

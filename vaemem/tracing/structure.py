@@ -27,6 +27,13 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   exactly quadratic in area: the score matrix plus the features around it. It gets a structure of its own, of the
   same untiled basis and grid, for the ops :data:`vaemem.models.zoo.ATTENTION_OPS` lists (sd15 decode 2048 px fp32:
   12.0 GiB fused, 32.9 GiB math).
+* A size-triggered split (CogVideoX's and Mochi's 3D convolutions cut an input of more than 2^30 elements into
+  chunks along time) makes a step wherever an input crosses a multiple of 2^30 elements: Mochi encode at 49
+  frames costs 646 B per pixel and frame whole, 845 split in two (640x640), 959 in sixteen (2048x2048), and one
+  smooth fit through such steps priced 848x480 x 85 frames at 0.79x its dry run. So the pieces of such a model
+  are fitted on dry runs with the split off (``unsplit``), and the structure lists, per knot, each split
+  convolution (its input's elements per padded pixel, scale, padding, frames and temporal kernel, and its output
+  elements per pixel, from the dry run's record of the calls), which the estimator splits as diffusers does.
 * Slicing (diffusers' ``enable_slicing``: a batch run one sample at a time) peaks at one sample's peak plus the
   outputs of the samples before it: ``peak(1) + (batch - 1) x output(1)``, exact in dry runs of every class probed.
   So an untiled structure also carries one sample's output bytes per pixel at each knot, and slicing needs no dry
@@ -85,8 +92,9 @@ def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") 
     sizes = _sizes(spec, attention)
     if spec.is_video and attention == "fused":
         sizes += _upper_sizes(spec)[1:]
-    return [TraceSpec(name, op, dtype, w, h, frames=f, attention=attention) for f in frame_knots(spec)
-            for w, h in sizes]
+    unsplit = spec.info.split_convs and attention == "fused"  # the smooth part; the split is evaluated on top
+    return [TraceSpec(name, op, dtype, w, h, frames=f, attention=attention, unsplit=unsplit)
+            for f in frame_knots(spec) for w, h in sizes]
 
 
 def structured(name: str) -> list[tuple[str, str, bool, str]]:
@@ -141,21 +149,53 @@ def _piece(peaks: dict, knots: list[int], sizes: tuple[tuple[int, int], ...]) ->
     return slopes, quads, bases
 
 
+def split_layers(calls: list[list[int]], width: int, height: int) -> list[list[float]]:
+    """The split convolutions of a dry run's ``split_convs`` at ``width`` x ``height``, as the first six numbers of
+    a layer of :func:`vaemem.estimate.split_peak_bytes` and the live bytes after the call: the scale is the power
+    of two nearest frame / input width, the padding what is left on each side (the same both ways, or the record
+    is refused), in the order of first calls."""
+    out: list[list[float]] = []
+    for b, c, t, h, w, kt, out_n, live in calls:
+        scale = 2.0 ** round(math.log2(width / w))
+        pad = (w - width / scale) / 2
+        if pad != (h - height / scale) / 2 or pad < 0 or pad != int(pad):
+            raise ValueError(f"a split convolution's input {w}x{h} is not a {width}x{height} frame at one scale "
+                             f"with equal padding")
+        out.append([c * t, scale, int(pad), t, kt, round(out_n / (b * width * height), 6), live])
+    return out
+
+
+def _split_piece(calls: dict, knot_sizes: list[tuple[int, int, int, Any]]) -> list[list[float]]:
+    """One knot's layers of :func:`vaemem.estimate.split_peak_bytes`: the geometry from the largest dry run, the
+    live bytes after each call as ``per_px x area + base`` through the two largest (the activations around a
+    convolution grow with the frame's area)."""
+    (w0, h0, *_), (w1, h1, *_) = knot_sizes[-2:]
+    a, b = split_layers(calls[knot_sizes[-2]], w0, h0), split_layers(calls[knot_sizes[-1]], w1, h1)
+    if len(a) != len(b) or any(x[:6] != y[:6] for x, y in zip(a, b)):
+        raise ValueError("the split convolutions differ between two sizes of one frame count")
+    out = []
+    for x, y in zip(a, b):
+        per_px = (y[6] - x[6]) / (w1 * h1 - w0 * h0)
+        out.append([*y[:6], math.ceil(per_px * 1000) / 1000, math.ceil(y[6] - math.ceil(per_px * 1000) / 1000 * w1 * h1)])
+    return out
+
+
 def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
            attention: str = "fused") -> dict[str, Any] | None:
     """The structure of (``name``, op, dtype, tiling, attention path) from dry-run cache entries, or None if the
     cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
     pixel to 1e-3) so the file is deterministic."""
     spec = get_spec(name)
-    peaks, outputs = {}, {}
+    peaks, outputs, splits = {}, {}, {}
     value = "attention_peak_bytes" if attention == "math" else "peak_bytes"
+    unsplit = spec.info.split_convs and attention == "fused"
     for e in entries:
         s = e["spec"]
         if (s["model"], s["op"], s["dtype"], bool(s["tile"])) == (name, op, dtype, tiled) and s["batch"] == 1 \
                 and s["overlap"] == 0.25 and s["attention"] == attention and not s["slicing"] \
-                and s["conv3d"] == "native":
-            peaks[(s["width"], s["height"], s["frames"], s["tile"])] = e[value]
-            outputs[(s["width"], s["height"], s["frames"], s["tile"])] = e.get("output_bytes")
+                and s["conv3d"] == "native" and s.get("unsplit", False) == unsplit:
+            k = (s["width"], s["height"], s["frames"], s["tile"])
+            peaks[k], outputs[k], splits[k] = e[value], e.get("output_bytes"), e.get("split_convs", [])
     wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled, attention)]
     if any(k not in peaks for k in wanted):
         return None
@@ -184,8 +224,13 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                 math.ceil(max(outputs[(w, h, fr, None)] / (w * h) for w, h in _sizes(spec)) * 1000 - 1e-6) / 1000
                 for fr in knots]
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
-              for w, h, fr, t in wanted]
+              for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)
+    if unsplit:  # the split convolutions per knot, from its two largest dry runs
+        out["split"] = {"bytes_per_element": est.ELEMENT_SIZE[dtype],
+                        "layers": [_split_piece(splits, sorted((k for k in wanted if k[2] == fr),
+                                                               key=lambda k: k[0] * k[1]))
+                                   for fr in out["knots"]]}
     out["n_dry_runs"] = len(wanted)
     return out
 

@@ -17,6 +17,14 @@ One more shortcut, on fake tensors only: HunyuanVideo 1.5 builds its causal atte
 in-place write per token that allocates nothing (tens of thousands of Python-level ops at 1024 px). Its values
 mean nothing on fake tensors, so the dry run builds the same (tokens x tokens) tensor without the loop
 (:data:`_MASK_BUILDERS`); the tests compare these dry runs with real tensors, which run the loop.
+
+Size-triggered splits: CogVideoX's and Mochi's 3D convolutions (:data:`SPLIT_CONVS`) split an input of more than
+2^30 elements into chunks along time, each later chunk a copy with the temporal kernel's overlap, and concatenate
+the outputs: a step in the peak wherever an input crosses a multiple of 2^30 elements. Every dry run records the
+input shape, temporal kernel, output size and the live bytes after each such convolution (``split_convs``), so
+the structure can evaluate the split exactly (:func:`vaemem.estimate.split_peak_bytes`); and a dry run with
+``unsplit`` set (a modelling device, not a point anyone runs) calls those convolutions whole, which gives the
+smooth part the split's peak is compared with.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ from vaemem.models.zoo import ModelSpec, get_spec
 class TraceSpec:
     """One dry-run point. ``overlap`` is the tile overlap fraction (diffusers' default 0.25); ``attention`` is
     ``fused`` (an SDPA kernel, no score matrix) or ``math`` (the score matrix is materialised); ``slicing`` is
-    diffusers' ``enable_slicing`` (one batch item at a time); ``conv3d`` is ``native`` or ``decomposed``."""
+    diffusers' ``enable_slicing`` (one batch item at a time); ``conv3d`` is ``native`` or ``decomposed``;
+    ``unsplit`` runs the size-triggered split convolutions whole (see the module docstring)."""
 
     model: str
     op: str
@@ -50,13 +59,14 @@ class TraceSpec:
     attention: str = "fused"
     slicing: bool = False
     conv3d: str = "native"
+    unsplit: bool = False
 
     @property
     def key(self) -> str:
         """Stable identity of the dry run (cache key)."""
         return (f"{self.model}/{self.op}/{self.dtype}/{self.width}x{self.height}/b{self.batch}/f{self.frames}"
                 f"/t{self.tile or 0}/o{self.overlap:g}/{self.attention}/{'sliced' if self.slicing else 'whole'}"
-                f"/{self.conv3d}")
+                f"/{self.conv3d}" + ("/unsplit" if self.unsplit else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +80,10 @@ class TraceSpec:
 class TraceResult:
     """The dry run's answer: ``peak_bytes`` of live tensors the op created, where the peak happened, how much of
     it is the output, the input's bytes (baseline, not in the peak), and ``attention_peak_bytes``, the peak while
-    an attention module ran (0 where none did): on the math path the score matrix lives only there."""
+    an attention module ran (0 where none did): on the math path the score matrix lives only there.
+    ``split_convs``: each distinct call of a size-triggered split convolution, in the order of first calls, as
+    (batch, channels, frames, height, width of its input, temporal kernel, output elements, the most live bytes
+    right after a call of it)."""
 
     spec: TraceSpec
     peak_bytes: int
@@ -78,6 +91,7 @@ class TraceResult:
     input_bytes: int
     peak_module: str
     attention_peak_bytes: int
+    split_convs: tuple[tuple[int, ...], ...]
     replayed_calls: int
     wall_s: float
     torch_version: str
@@ -87,6 +101,7 @@ class TraceResult:
         d = asdict(self)
         d["spec"] = self.spec.to_dict()
         d["key"] = self.spec.key
+        d["split_convs"] = [list(c) for c in self.split_convs]
         return d
 
 
@@ -96,6 +111,8 @@ def validate_trace(spec: TraceSpec, model: ModelSpec) -> None:
 
     check_geometry(model, spec.op, spec.dtype, spec.width, spec.height, spec.batch, spec.frames, spec.tile)
     check_variant(model, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d)
+    if spec.unsplit and not model.info.split_convs:
+        raise VaememError(f"{spec.model} has no size-triggered split convolutions to run unsplit")
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -201,6 +218,41 @@ def _fast_masks(model: Any) -> Iterator[None]:
             setattr(cls, _MASK_BUILDERS[cls.__name__], original)
 
 
+SPLIT_CONVS = ("CogVideoXSafeConv3d",)  # classes whose forward splits an input of more than 2^30 elements
+
+
+@contextmanager
+def _split_convs(model: Any, unsplit: bool, counter: Any, calls: list[list[int]]) -> Iterator[None]:
+    """Within the block, the :data:`SPLIT_CONVS` classes in ``model`` record each distinct call in ``calls`` (see
+    :attr:`TraceResult.split_convs`; the live bytes are the most ``counter`` saw right after any call of that
+    signature) and, with ``unsplit``, convolve their input whole."""
+    from torch import nn
+
+    patched = {}
+    index: dict[tuple[int, ...], int] = {}
+    for m in model.modules():
+        cls = type(m)
+        if cls.__name__ in SPLIT_CONVS and cls not in patched:
+            patched[cls] = cls.__dict__["forward"]
+
+            def forward(self: Any, x: Any, _split: Any = patched[cls]) -> Any:
+                out = nn.Conv3d.forward(self, x) if unsplit else _split(self, x)
+                sig = (*(int(d) for d in x.shape), int(self.kernel_size[0]), int(out.numel()))
+                if sig not in index:
+                    index[sig] = len(calls)
+                    calls.append([*sig, 0])
+                call = calls[index[sig]]
+                call[-1] = max(call[-1], int(counter.current))
+                return out
+
+            cls.forward = forward
+    try:
+        yield
+    finally:
+        for cls, original in patched.items():
+            cls.forward = original
+
+
 @contextmanager
 def _replaying(model: Any, counter: Any) -> Iterator[list[_Replay]]:
     """Replay the decoder and encoder (per tile) and the blend helpers of a tiled op."""
@@ -268,6 +320,8 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
         replays = stack.enter_context(_replaying(model, counter)) if replay and spec.tile else []
         if fake:
             stack.enter_context(_fast_masks(model))
+        split_calls: list[list[int]] = []
+        stack.enter_context(_split_convs(model, spec.unsplit, counter, split_calls))
         with counter:
             out = run_op(model, spec.op, x)
             output_bytes = out.untyped_storage().nbytes()
@@ -275,8 +329,9 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
         replayed = sum(r.replayed for r in replays)
         input_bytes = x.untyped_storage().nbytes()
         del out
-    return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak), replayed,
-                       round(time.perf_counter() - t0, 3), torch.__version__, diffusers.__version__)
+    return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak),
+                       tuple(map(tuple, split_calls)), replayed, round(time.perf_counter() - t0, 3), torch.__version__,
+                       diffusers.__version__)
 
 
 def trace_many(specs: list[TraceSpec], config: dict[str, Any] | None = None, jobs: int = 1) -> Iterator[TraceResult]:
