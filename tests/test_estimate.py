@@ -334,6 +334,9 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "mochi/encode/bf16/untiled", "split", "layers", 5, 0), [1, 1, 1, 0, 3, 1],
      "split.layers[5][0] must be [elements per padded pixel > 0"),
     (("structures", "mochi/encode/bf16/untiled", "split", "layers"), [[]], "split.layers must be 6 lists"),
+    (("structures", "mochi/encode/bf16/untiled", "split", "layers", 5), [], "split.layers must be the same layers at"),
+    (("structures", "mochi/encode/bf16/untiled", "split", "bytes_per_element"), 4, "bytes_per_element must be 2"),
+    (("structures", "sd15/decode/fp32/tiled", "split"), {}, "split must be absent on a tiled structure"),
     (("schema_version",), 2.0, "no integer schema_version"),
     (("schema_version",), True, "no integer schema_version"),
 ]

@@ -99,15 +99,17 @@ def test_a_split_convolution_peaks_where_the_estimator_says(w, h, frames):
 
 
 def test_split_peak_bytes_follows_torch_chunk():
-    """torch.chunk cuts 7 frames into parts of ceil(7 / 4) = 2: 2, 2, 2 and 1 frames; every part after the first is
-    copied with the kernel - 1 = 2 frames before it: 5 + 3 x 2 frames of copies, on top of the live bytes."""
-    layer = (7 * 10, 1, 0, 7, 3, 0, 0.0, 1000)  # 10 channels x 7 frames, no padding, no output counted
-    side = int((3 * est.SPLIT_INPUT_ELEMENTS / 70) ** 0.5) + 1  # just over 3 x 2^30 elements: 4 parts
-    n = 70 * side * side
-    assert est.split_peak_bytes((layer,), 2, side, side, 1) == pytest.approx(1000 + 2 * n * (7 - 2 + 3 * 2) / 7)
-    assert est.split_peak_bytes(((70, 1, 0, 7, 1, 0, 0.0, 1000),), 2, side, side, 1) == 1000  # 1-frame kernel:
+    """torch.chunk cuts 13 frames into parts of ceil(13 / 4) = 4: 4, 4, 4 and 1 frames; every part after the first
+    is copied with the kernel - 1 = 2 frames before it: 9 + 3 x 2 frames of copies, on top of the live bytes."""
+    layer = (13 * 10, 1, 0, 13, 3, 0, 0.0, 1000)  # 10 channels x 13 frames, no padding, no output counted
+    side = int((3 * est.SPLIT_INPUT_ELEMENTS / 130) ** 0.5) + 1  # just over 3 x 2^30 elements: 4 parts
+    n = 130 * side * side
+    assert est.split_peak_bytes((layer,), 2, side, side, 1) == pytest.approx(1000 + 2 * n * (13 - 4 + 3 * 2) / 13)
+    assert est.split_peak_bytes(((130, 1, 0, 13, 1, 0, 0.0, 1000),), 2, side, side, 1) == 1000  # 1-frame kernel:
     # the parts are views
     assert est.split_peak_bytes((layer,), 2, 64, 64, 1) == 0  # under 2^30 elements: run whole
+    with pytest.raises(ValueError, match="parts of 2 frame"):  # 7 frames in 4 parts of 2 < a 3-frame kernel
+        est.split_peak_bytes(((70, 1, 0, 7, 3, 0, 0.0, 1000),), 2, side * 2, side, 1)
 
 
 def test_a_model_without_split_convolutions_cannot_run_unsplit():
@@ -394,3 +396,26 @@ def test_a_resident_floor_is_recovered_and_only_where_the_line_cannot_reach_it(t
     affine = co.calibration_line([(dry(w), dry(w), 1.2 * dry(w) + 20 * MIB, False, w * w) for w in sizes], 0.0,
                                  floor=True)
     assert "floor_bytes" not in affine
+
+
+def test_a_floor_never_takes_a_term_the_points_need():
+    """The one-frame clips (their own regime) are the two smallest points and sit under a 300 MiB floor: a floor
+    over both would leave the line without its one-frame terms, so that k is never taken, and a one-frame request
+    past the points is never priced below the fit without a floor."""
+    rows = [(d * MIB, d * MIB, max(300 * MIB, 2 * d * MIB + 10 * MIB), True, 256 * 256) for d in (20, 40)]
+    rows += [(d * MIB, d * MIB, 1.1 * d * MIB + 30 * MIB, False, 256 * 256) for d in (400, 800, 1600, 3200)]
+    line, plain = co.calibration_line(rows, 0.0, floor=True), co.calibration_line(rows, 0.0)
+    assert line.get("single_frame_factor", 0) + line.get("single_frame_bytes", 0) > 0
+    for d in (100, 400, 1000):
+        assert est.calibration_bytes(line, d * MIB, d * MIB, True, 256 * 256) >= \
+            est.calibration_bytes(plain, d * MIB, d * MIB, True, 256 * 256)
+
+
+def test_a_request_diffusers_cannot_run_is_refused():
+    """CogVideoX decode at 1920x1088 x 49 frames: a split part shorter than the convolution's kernel, where
+    diffusers itself raises; the estimator says so rather than pricing it."""
+    doc = est.load(ROOT / "vaemem" / "coefficients.json")
+    with pytest.raises(ValueError, match="diffusers cannot run this"):
+        est.dry_run_bytes(doc, "cogvideox", "decode", 1920, 1088, dtype="bf16", frames=49)
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
+        trace(TraceSpec("cogvideox", "decode", "bf16", 1920, 1088, frames=49))

@@ -267,6 +267,8 @@ def _check_line(line: dict, where: str, small: bool = False) -> None:
 def _check_structure(s: dict, where: str) -> None:
     kind = _field(s, "kind", where, "str")
     if kind == "tiled":
+        _need("split" not in s, f"{where}.split", "absent on a tiled structure (tiled video is not structured)",
+              "present")
         coef = _field(s, "coef", where, "list")
         _need(len(coef) == 4 and all(_num(c) for c in coef), f"{where}.coef", "4 numbers", coef)
         f = _field(s, "spatial_factor", where, "int>0")
@@ -308,10 +310,13 @@ def _check_structure(s: dict, where: str) -> None:
         for i, k in enumerate(layers):
             for j, layer in enumerate(k):
                 _need(isinstance(layer, list) and len(layer) == 8 and all(_num(x) for x in layer)
-                      and min(layer[0], layer[1], layer[3], layer[4]) > 0 and min(layer[2], layer[5], layer[6]) >= 0,
+                      and layer[0] > 0 and layer[1] > 0 and layer[3] >= 1 and min(layer[2], layer[5], layer[6]) >= 0
+                      and all(float(layer[k]).is_integer() for k in (2, 4)) and layer[4] >= 1,
                       f"{where}.split.layers[{i}][{j}]", "[elements per padded pixel > 0, scale > 0, pad >= 0, "
-                      "frames > 0, temporal kernel > 0, output elements per pixel >= 0, live bytes per pixel >= 0, "
-                      "live bytes]", layer)
+                      "frames >= 1, whole temporal kernel >= 1, output elements per pixel >= 0, live bytes per pixel >= 0, "
+                      "live bytes], padding whole", layer)
+        _need(len(layers) < 2 or split_compatible(layers[-2], layers[-1]), f"{where}.split.layers",
+              "the same layers at its last two knots (it is extrapolated along them)", "different layers")
     if "extrapolate" in s:
         _need(s["extrapolate"] in ("linear", "quadratic"), f"{where}.extrapolate", '"linear" or "quadratic"',
               s["extrapolate"])
@@ -415,6 +420,10 @@ def validate(data: object, source: str = "coefficients") -> dict:
         _check_structure(st, f"{source}: structures.{name}")
         want = "tiled" if name.endswith("/tiled") else "frames"  # the key says which basis pricing evaluates
         _need(st["kind"] == want, f"{source}: structures.{name}.kind", f'"{want}" for this key', st["kind"])
+        if "split" in st:
+            size = ELEMENT_SIZE.get(name.split("/")[2]) if name.count("/") >= 3 else None
+            _need(st["split"]["bytes_per_element"] == size, f"{source}: structures.{name}.split.bytes_per_element",
+                  f"{size}, its dtype's element size", st["split"]["bytes_per_element"])
     _index(data)
     return data
 
@@ -470,8 +479,11 @@ def compile_structure(s: dict) -> tuple:
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
     sp = s.get("split")
-    split = None if sp is None else (sp["bytes_per_element"],
-                                     tuple(tuple(tuple(layer) for layer in k) for k in sp["layers"]))
+    split = None
+    if sp is not None:
+        layers = tuple(tuple(tuple(layer) for layer in k) for k in sp["layers"])
+        split = (sp["bytes_per_element"], layers,
+                 (True, *(split_compatible(a, b) for a, b in zip(layers, layers[1:]))))
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
             tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())),
             s.get("extrapolate", "linear") == "quadratic", upper, split)
@@ -481,42 +493,61 @@ def split_peak_bytes(layers: tuple, element_bytes: int, width: int, height: int,
     """The highest live bytes while a size-triggered split convolution (diffusers' CogVideoXSafeConv3d) joins its
     outputs, over ``layers`` (0 where none splits). Each layer is (input elements per padded layer pixel, scale:
     frame pixels per layer pixel along a side, spatial padding per side, input frames, temporal kernel, output
-    elements per frame pixel, live bytes per pixel and live bytes after the call run whole). An input of
-    n > 2^30 elements is cut by ``torch.chunk`` into ``int(n / 2^30) + 1`` parts along time; every part after the
-    first is copied with the ``kernel - 1`` frames before it, and while the outputs are concatenated the copies,
-    the output parts and the whole output are alive: the live bytes of the whole run plus the copies and one
-    output more (exact on the dry runs' own accounting)."""
+    elements per frame pixel, live bytes per pixel and live bytes after the call run whole, of one sample). An
+    input of n > 2^30 elements is cut by ``torch.chunk`` into ``int(n / 2^30) + 1`` parts along time; every part
+    after the first is copied with the ``kernel - 1`` frames before it, and while the outputs are concatenated the
+    copies, the output parts and the whole output are alive: the live bytes of the whole run plus the copies and
+    one output more (exact on the dry runs' own accounting where the temporal stride is 1; a strided split
+    convolution, Mochi's 2-frame down-sampling, gives its parts more output frames than the whole, which no layer
+    here counts: in the zoo such a layer never leads). Raises ValueError where the first part is shorter than the
+    kernel: diffusers itself fails there."""
+    return _split_peak(layers, layers, 0.0, element_bytes, width, height, batch)
+
+
+def _split_peak(a: tuple, b: tuple, u: float, element_bytes: int, width: int, height: int, batch: int) -> float:
+    """:func:`split_peak_bytes` of the layers ``u`` of the way from ``a`` to ``b`` (matched layer by layer; scale,
+    padding and kernel equal), interpolating a layer only once its input could reach 2^30 elements."""
     best = 0.0
     area = width * height
-    for ct, scale, pad, t, kt, o, live_px, live_base in layers:
-        n = batch * ct * (width / scale + 2 * pad) * (height / scale + 2 * pad)
+    for x, y in zip(a, b):
+        scale, pad = x[1], x[2]
+        n = batch * (x[0] + (y[0] - x[0]) * u) * (width / scale + 2 * pad) * (height / scale + 2 * pad)
         if n <= SPLIT_INPUT_ELEMENTS:
             continue
+        kt = x[4]
         parts = int(n / SPLIT_INPUT_ELEMENTS) + 1
-        frames = int(t + 0.999999)  # interpolated between knots: whole frames, rounded up
+        frames = int(x[3] + (y[3] - x[3]) * u + 0.999999)  # between knots: whole frames, rounded up
         size = -(-frames // parts)  # torch.chunk: parts of ceil(frames / parts), as many as that fills
+        if size < kt:
+            raise ValueError(f"diffusers cannot run this: a {kt}-frame convolution's input of {n:,.0f} elements "
+                             f"is split into parts of {size} frame(s), shorter than its kernel")
         pieces = -(-frames // size)
         copies = (frames - size + (pieces - 1) * (kt - 1)) / frames * n if kt > 1 else 0.0
+        o, live_px, live_base = (p + (q - p) * u for p, q in zip(x[5:8], y[5:8]))
         peak = batch * (live_px * area + live_base) + (copies + batch * o * area) * element_bytes
         if peak > best:
             best = peak
     return best
 
 
+def split_compatible(a: list | tuple, b: list | tuple) -> bool:
+    """Whether two knots' split layers can be interpolated: as many, each of the same scale, padding and kernel."""
+    return len(a) == len(b) and all(x[1] == y[1] and x[2] == y[2] and x[4] == y[4] for x, y in zip(a, b))
+
+
 def _split_at(split: tuple, knots: tuple, width: int, height: int, batch: int, frames: int) -> float:
-    """:func:`split_peak_bytes` at ``frames``: each layer's elements, frames, output and live bytes linear between knots and
-    extrapolated along the last segment past the last knot (a clip's frames flow through the same layers); where
-    two knots list different layers, the larger of their two extras."""
-    eb, per_knot = split
+    """:func:`split_peak_bytes` at ``frames``: each layer's elements, frames, output and live bytes linear between
+    knots and extrapolated along the last segment past the last knot (a clip's frames flow through the same
+    layers; a file whose last two knots list different layers is refused). Between two knots that list different
+    layers, the larger of the two knots' peaks (CogVideoX's 9 and 17 frames: no clip lies between them)."""
+    eb, per_knot, compatible = split
     i, u = _segment(knots, frames)
     if i == 0 or u == 1.0:
-        return split_peak_bytes(per_knot[i], eb, width, height, batch)
+        return _split_peak(per_knot[i], per_knot[i], 0.0, eb, width, height, batch)
     a, b = per_knot[i - 1], per_knot[i]
-    if len(a) != len(b) or any(x[1:3] != y[1:3] or x[4] != y[4] for x, y in zip(a, b)):
-        return max(split_peak_bytes(a, eb, width, height, batch), split_peak_bytes(b, eb, width, height, batch))
-    mixed = tuple(tuple(p if j in (1, 2, 4) else p + (q - p) * u for j, (p, q) in enumerate(zip(x, y)))
-                  for x, y in zip(a, b))
-    return split_peak_bytes(mixed, eb, width, height, batch)
+    if not compatible[i]:
+        return max(_split_peak(a, a, 0.0, eb, width, height, batch), _split_peak(b, b, 0.0, eb, width, height, batch))
+    return _split_peak(a, b, u, eb, width, height, batch)
 
 
 def _segment(knots: tuple, frames: int) -> tuple[int, float]:
@@ -1028,13 +1059,14 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             int(width) * int(height))[0]
             where = (f"; frames below {own['domain_min_frame_pixels']} px: the line of the points measured there"
                      if line is not own else "")
-            floor = line.get("floor_bytes", 0)
-            at_floor = floor and floor >= calibration_bytes({**line, "floor_bytes": 0, "small": None}, dry,
-                                                             dry / int(batch), plan.arch_video and int(frames) == 1,
-                                                             int(width) * int(height))
+            resident = line.get("floor_bytes", 0)  # the floor its smallest points measured
+            at_floor = resident and resident >= calibration_bytes(
+                {**line, "floor_bytes": 0, "small": None}, dry, dry / int(batch), plan.arch_video and int(frames) == 1,
+                int(width) * int(height))
             reason = (f"measured on this platform ({own['n_points']} points{where}): "
-                      + (f"its smallest points' floor of {floor / MIB:.0f} MiB, above {line['dry_factor']:.3f} x "
-                         if at_floor else f"{line['dry_factor']:.3f} x ") + f"dry-run peak {dry / MIB:.0f} MiB")
+                      + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
+                         f"{line['dry_factor']:.3f} x " if at_floor else f"{line['dry_factor']:.3f} x ")
+                      + f"dry-run peak {dry / MIB:.0f} MiB")
             if dry > line["dry_bytes_max"]:
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,

@@ -353,7 +353,6 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str
     best = _line_through(rows, margin)
     if not floor:
         return best
-    from vaemem.estimate import calibration_bytes
 
     def score(line: dict[str, Any]) -> float:
         return sum(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows)
@@ -365,21 +364,31 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str
             continue
         if len({r[0] for r in order[k:]}) < 2:
             break
+        if _terms(order[k:]) != _terms(rows):  # the line over the rest must keep every term the points need: a
+            continue  # one-frame or batch term left to the floor would vanish for larger requests
         line = _line_through(order[k:], margin)
         if all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) >= FLOOR_NEEDED * r[2] for r in order[:k]):
             continue  # the line alone nearly covers them: no evidence of a floor
         line["floor_bytes"] = int(ceil_step(max(r[2] for r in order[:k]) * (1 + margin), BASE_STEP))
-        if score(line) < best_score - 1e-9:
-            best, best_score = line, score(line)
+        s = score(line)
+        if s < best_score - 1e-9:
+            best, best_score = line, s
     return best
+
+
+def _terms(rows: list[tuple]) -> tuple[bool, bool]:
+    """(per-sample term, single-frame terms): which of the optional terms a line through ``rows`` is fitted with:
+    the first where the rows hold more than one batch size, the second where they hold one-frame and longer
+    clips of a video model."""
+    single = sum(1 for r in rows if r[3])
+    return any(abs(r[0] - r[1]) > 0.5 for r in rows), 0 < single < len(rows)
 
 
 def _line_through(rows: list[tuple], margin: float) -> dict[str, Any]:
     """The envelope line of :func:`calibration_line` over ``rows``, with the margin, rounded up."""
     dry, dry1, demand = ([r[i] for r in rows] for i in range(3))
     single = [1.0 if r[3] else 0.0 for r in rows]
-    batched = any(abs(a - b) > 0.5 for a, b in zip(dry, dry1))
-    regimes = 0.0 < sum(single) < len(rows)
+    batched, regimes = _terms(rows)
     names = ["dry_factor", *(["per_sample_factor"] if batched else []), "base_bytes",
              *(["single_frame_factor", "single_frame_bytes"] if regimes else [])]
     columns = {"dry_factor": dry, "per_sample_factor": dry1, "base_bytes": [1.0] * len(rows),

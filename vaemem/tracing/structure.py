@@ -32,8 +32,9 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   frames costs 646 B per pixel and frame whole, 845 split in two (640x640), 959 in sixteen (2048x2048), and one
   smooth fit through such steps priced 848x480 x 85 frames at 0.79x its dry run. So the pieces of such a model
   are fitted on dry runs with the split off (``unsplit``), and the structure lists, per knot, each split
-  convolution (its input's elements per padded pixel, scale, padding, frames and temporal kernel, and its output
-  elements per pixel, from the dry run's record of the calls), which the estimator splits as diffusers does.
+  convolution (its input's elements per padded pixel, scale, padding, frames and temporal kernel, its output
+  elements per pixel, and the live bytes after it as per-pixel and base bytes through the knot's two largest dry
+  runs, from the dry runs' record of the calls), which the estimator splits as diffusers does.
 * Slicing (diffusers' ``enable_slicing``: a batch run one sample at a time) peaks at one sample's peak plus the
   outputs of the samples before it: ``peak(1) + (batch - 1) x output(1)``, exact in dry runs of every class probed.
   So an untiled structure also carries one sample's output bytes per pixel at each knot, and slicing needs no dry
@@ -153,7 +154,8 @@ def split_layers(calls: list[list[int]], width: int, height: int) -> list[list[f
     """The split convolutions of a dry run's ``split_convs`` at ``width`` x ``height``, as the first six numbers of
     a layer of :func:`vaemem.estimate.split_peak_bytes` and the live bytes after the call: the scale is the power
     of two nearest frame / input width, the padding what is left on each side (the same both ways, or the record
-    is refused), in the order of first calls."""
+    is refused), in the order of first calls. Output elements are per sample; the live bytes are the record's, so
+    of a dry run of batch 1 (as the structure grid is)."""
     out: list[list[float]] = []
     for b, c, t, h, w, kt, out_n, live in calls:
         scale = 2.0 ** round(math.log2(width / w))
@@ -175,8 +177,8 @@ def _split_piece(calls: dict, knot_sizes: list[tuple[int, int, int, Any]]) -> li
         raise ValueError("the split convolutions differ between two sizes of one frame count")
     out = []
     for x, y in zip(a, b):
-        per_px = (y[6] - x[6]) / (w1 * h1 - w0 * h0)
-        out.append([*y[:6], math.ceil(per_px * 1000) / 1000, math.ceil(y[6] - math.ceil(per_px * 1000) / 1000 * w1 * h1)])
+        per_px = math.ceil((y[6] - x[6]) / (w1 * h1 - w0 * h0) * 1000) / 1000  # rounded up to 1e-3 B/px
+        out.append([*y[:6], per_px, math.ceil(y[6] - per_px * w1 * h1)])
     return out
 
 
@@ -227,10 +229,12 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)
     if unsplit:  # the split convolutions per knot, from its two largest dry runs
-        out["split"] = {"bytes_per_element": est.ELEMENT_SIZE[dtype],
-                        "layers": [_split_piece(splits, sorted((k for k in wanted if k[2] == fr),
-                                                               key=lambda k: k[0] * k[1]))
-                                   for fr in out["knots"]]}
+        layers = [_split_piece(splits, sorted((k for k in wanted if k[2] == fr), key=lambda k: k[0] * k[1]))
+                  for fr in out["knots"]]
+        if len(layers) > 1 and not est.split_compatible(layers[-2], layers[-1]):
+            raise ValueError(f"{name} {op} {dtype}: its last two knots list different split convolutions, so "
+                             f"longer clips cannot be extrapolated")
+        out["split"] = {"bytes_per_element": est.ELEMENT_SIZE[dtype], "layers": layers}
     out["n_dry_runs"] = len(wanted)
     return out
 
