@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from vaemem.tracing.trace import TraceSpec, trace
 
@@ -56,6 +57,14 @@ def main() -> None:
         print(f"zoo grid: {len(specs)} dry runs in {(time.perf_counter() - t0) / 60:.1f} min with {jobs} process(es)"
               f"; summed dry-run wall: fused {walls.get('fused', 0) / 60:.1f} min, math {walls.get('math', 0) / 60:.1f}"
               f" min")
+        # each worker reuses a fake model across the dry runs of one op and dtype: they must equal the committed
+        # cache's (fresh builds) to the byte
+        committed = cache.read_cache("fits/traces.json")["entries"] if Path("fits/traces.json").exists() else {}
+        fields = ("peak_bytes", "output_bytes", "input_bytes", "peak_module")
+        same = sum(all(committed[r.spec.key].get(f) == getattr(r, f) for f in fields)
+                   and committed[r.spec.key].get("split_convs", []) == [list(c) for c in r.split_convs]
+                   for r in results if r.spec.key in committed)
+        print(f"equal to fits/traces.json: {same} of {sum(r.spec.key in committed for r in results)} dry runs")
 
 
 if __name__ == "__main__":

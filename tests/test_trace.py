@@ -170,3 +170,26 @@ def test_cache_records_verifies_and_refuses_tampering(tmp_path):
     path.write_text(json.dumps(newer))
     with pytest.raises(VaememError, match="newer"):
         tc.read_cache(path)
+
+
+def test_a_reused_fake_model_gives_what_a_fresh_build_gives():
+    """A process reuses a zoo model's fake build across dry runs of one op and dtype: after a sliced, a tiled, a
+    math-path and a decomposed dry run, each next one equals the same dry run of a fresh build."""
+    from vaemem.tracing import trace as tr
+
+    specs = [TraceSpec("tiny-kl", "decode", "fp32", 128, 96, batch=2, slicing=True),
+             TraceSpec("tiny-kl", "decode", "fp32", 128, 96, batch=2),
+             TraceSpec("tiny-kl", "decode", "fp32", 128, 96, tile=32),
+             TraceSpec("tiny-kl", "decode", "fp32", 128, 96, attention="math"),
+             TraceSpec("tiny-kl", "decode", "fp32", 128, 96),
+             TraceSpec("tiny-wan", "encode", "fp32", 64, 48, frames=5, conv3d="decomposed"),
+             TraceSpec("tiny-wan", "encode", "fp32", 64, 48, frames=5)]
+    reused = []
+    for s in specs:
+        reused.append(trace(s))
+    assert tr._FAKE_MODELS  # the last model is kept
+    for s, r in zip(specs, reused):
+        tr._FAKE_MODELS.clear()
+        fresh = trace(s)
+        assert (r.peak_bytes, r.output_bytes, r.attention_peak_bytes, r.peak_module) == \
+            (fresh.peak_bytes, fresh.output_bytes, fresh.attention_peak_bytes, fresh.peak_module), s.key

@@ -279,6 +279,31 @@ def _model_spec(spec: TraceSpec, config: dict[str, Any] | None) -> ModelSpec:
     return spec_from_config(spec.model, config) if config is not None else get_spec(spec.model)
 
 
+_FAKE_MODELS: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # (zoo model, op, dtype) -> (its fake mode, model)
+
+
+def _fake_model(stack: ExitStack, mspec: ModelSpec, spec: TraceSpec, reuse: bool) -> Any:
+    """The model of ``spec`` on fake tensors, its fake mode entered on ``stack``. A zoo model's is built once per
+    process and reused by the next dry runs of the same op and dtype (the last one kept): building it is half or
+    more of a small dry run, and a dry run changes nothing a later one sees (its tiling and slicing are set anew,
+    every patch is undone; the zoo grid re-traced this way equals the cache of fresh builds to the byte)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from vaemem.models.build import build_model
+
+    key = (spec.model, spec.op, spec.dtype)
+    if reuse and key in _FAKE_MODELS:
+        mode, model = _FAKE_MODELS[key]
+        stack.enter_context(mode)
+        return model
+    mode = stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+    model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=None)
+    if reuse:
+        _FAKE_MODELS.clear()
+        _FAKE_MODELS[key] = (mode, model)
+    return model
+
+
 def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool = True,
           replay: bool = True) -> TraceResult:
     """Dry-run ``spec`` (a zoo model, or any supported diffusers VAE ``config`` under the name ``spec.model``).
@@ -288,7 +313,6 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
     """
     import diffusers
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from vaemem.models.build import DTYPES, build_model, configure_tiling, input_shape, run_op
     from vaemem.tracing.counter import LiveBytes
@@ -298,11 +322,11 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
     t0 = time.perf_counter()
     with ExitStack() as stack:
         if fake:
-            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-        model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=None if fake else 0)
+            model = _fake_model(stack, mspec, spec, config is None)
+        else:
+            model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=0)
         configure_tiling(model, mspec, spec.tile, spec.overlap)
-        if spec.slicing:
-            model.use_slicing = True
+        model.use_slicing = spec.slicing  # set either way: a reused model keeps what the last dry run set
         shape = input_shape(mspec, spec.op, spec.width, spec.height, spec.batch, spec.frames)
         x = torch.zeros(shape, dtype=DTYPES[spec.dtype]) if fake else torch.randn(shape).to(DTYPES[spec.dtype])
         if spec.conv3d == "decomposed":
