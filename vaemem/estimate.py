@@ -482,8 +482,8 @@ def compile_structure(s: dict) -> tuple:
     split = None
     if sp is not None:
         layers = tuple(tuple(tuple(layer) for layer in k) for k in sp["layers"])
-        split = (sp["bytes_per_element"], layers,
-                 (True, *(split_compatible(a, b) for a, b in zip(layers, layers[1:]))))
+        split = (sp["bytes_per_element"], layers, tuple(_split_groups(k, k) for k in layers),
+                 (None, *(_split_groups(a, b) if split_compatible(a, b) else None for a, b in zip(layers, layers[1:]))))
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
             tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())),
             s.get("extrapolate", "linear") == "quadratic", upper, split)
@@ -501,33 +501,58 @@ def split_peak_bytes(layers: tuple, element_bytes: int, width: int, height: int,
     convolution, Mochi's 2-frame down-sampling, gives its parts more output frames than the whole, which no layer
     here counts: in the zoo such a layer never leads). Raises ValueError where the first part is shorter than the
     kernel: diffusers itself fails there."""
-    return _split_peak(layers, layers, 0.0, element_bytes, width, height, batch)
+    layers = tuple(map(tuple, layers))
+    return _split_peak(layers, layers, _split_groups(layers, layers), 0.0, element_bytes, width, height, batch)
 
 
-def _split_peak(a: tuple, b: tuple, u: float, element_bytes: int, width: int, height: int, batch: int) -> float:
+def _split_groups(a: tuple, b: tuple) -> tuple:
+    """The layers of a knot pair grouped by (scale, padding), each group with the largest input elements per
+    padded pixel at ``a`` and at ``b`` and the largest growth from one to the other: a bound that skips a whole
+    group whose inputs cannot reach 2^30 elements (most groups at most sizes)."""
+    groups: dict = {}
+    for j, (x, y) in enumerate(zip(a, b)):
+        groups.setdefault((x[1], x[2]), []).append(j)
+    return tuple((scale, pad, max(a[j][0] for j in idx), max(b[j][0] for j in idx),
+                  max(0.0, *(b[j][0] - a[j][0] for j in idx)), tuple(idx)) for (scale, pad), idx in groups.items())
+
+
+def _split_peak(a: tuple, b: tuple, groups: tuple, u: float, element_bytes: int, width: int, height: int,
+                batch: int) -> float:
     """:func:`split_peak_bytes` of the layers ``u`` of the way from ``a`` to ``b`` (matched layer by layer; scale,
-    padding and kernel equal), interpolating a layer only once its input could reach 2^30 elements."""
+    padding and kernel equal; ``groups`` from :func:`_split_groups`), interpolating a layer only once its input
+    could reach 2^30 elements."""
     best = 0.0
     area = width * height
-    for x, y in zip(a, b):
-        scale, pad = x[1], x[2]
-        n = batch * (x[0] + (y[0] - x[0]) * u) * (width / scale + 2 * pad) * (height / scale + 2 * pad)
-        if n <= SPLIT_INPUT_ELEMENTS:
-            continue
-        kt = x[4]
-        parts = int(n / SPLIT_INPUT_ELEMENTS) + 1
-        frames = int(x[3] + (y[3] - x[3]) * u + 0.999999)  # between knots: whole frames, rounded up
-        size = -(-frames // parts)  # torch.chunk: parts of ceil(frames / parts), as many as that fills
-        if size < kt:
-            raise ValueError(f"diffusers cannot run this: a {kt}-frame convolution's input of {n:,.0f} elements "
-                             f"is split into parts of {size} frame(s), shorter than its kernel")
-        pieces = -(-frames // size)
-        copies = (frames - size + (pieces - 1) * (kt - 1)) / frames * n if kt > 1 else 0.0
-        o, live_px, live_base = (p + (q - p) * u for p, q in zip(x[5:8], y[5:8]))
-        peak = batch * (live_px * area + live_base) + (copies + batch * o * area) * element_bytes
-        if peak > best:
-            best = peak
+    grow = u - 1.0 if u > 1.0 else 0.0
+    for scale, pad, ca, cb, slope, idx in groups:
+        padded = batch * (width / scale + 2 * pad) * (height / scale + 2 * pad)
+        if padded * ((ca if ca > cb else cb) + slope * grow) <= SPLIT_INPUT_ELEMENTS:
+            continue  # no input of this group reaches 2^30 elements (linear in u: the ends bound it on [0, 1])
+        for j in idx:
+            x, y = a[j], b[j]
+            n = padded * (x[0] + (y[0] - x[0]) * u)
+            if n <= SPLIT_INPUT_ELEMENTS:
+                continue
+            best = _split_layer_peak(x, y, u, n, best, element_bytes, area, batch)
     return best
+
+
+def _split_layer_peak(x: tuple, y: tuple, u: float, n: float, best: float, element_bytes: int, area: int,
+                      batch: int) -> float:
+    """The larger of ``best`` and one split layer's peak (see :func:`split_peak_bytes`) for an input of ``n``
+    elements."""
+    kt = x[4]
+    parts = int(n / SPLIT_INPUT_ELEMENTS) + 1
+    frames = int(x[3] + (y[3] - x[3]) * u + 0.999999)  # between knots: whole frames, rounded up
+    size = -(-frames // parts)  # torch.chunk: parts of ceil(frames / parts), as many as that fills
+    if size < kt:
+        raise ValueError(f"diffusers cannot run this: a {kt}-frame convolution's input of {n:,.0f} elements "
+                         f"is split into parts of {size} frame(s), shorter than its kernel")
+    pieces = -(-frames // size)
+    copies = (frames - size + (pieces - 1) * (kt - 1)) / frames * n if kt > 1 else 0.0
+    o, live_px, live_base = (p + (q - p) * u for p, q in zip(x[5:8], y[5:8]))
+    peak = batch * (live_px * area + live_base) + (copies + batch * o * area) * element_bytes
+    return peak if peak > best else best
 
 
 def split_compatible(a: list | tuple, b: list | tuple) -> bool:
@@ -540,14 +565,15 @@ def _split_at(split: tuple, knots: tuple, width: int, height: int, batch: int, f
     knots and extrapolated along the last segment past the last knot (a clip's frames flow through the same
     layers; a file whose last two knots list different layers is refused). Between two knots that list different
     layers, the larger of the two knots' peaks (CogVideoX's 9 and 17 frames: no clip lies between them)."""
-    eb, per_knot, compatible = split
+    eb, per_knot, knot_groups, segment_groups = split
     i, u = _segment(knots, frames)
     if i == 0 or u == 1.0:
-        return _split_peak(per_knot[i], per_knot[i], 0.0, eb, width, height, batch)
+        return _split_peak(per_knot[i], per_knot[i], knot_groups[i], 0.0, eb, width, height, batch)
     a, b = per_knot[i - 1], per_knot[i]
-    if not compatible[i]:
-        return max(_split_peak(a, a, 0.0, eb, width, height, batch), _split_peak(b, b, 0.0, eb, width, height, batch))
-    return _split_peak(a, b, u, eb, width, height, batch)
+    if segment_groups[i] is None:  # the two knots list different layers
+        return max(_split_peak(a, a, knot_groups[i - 1], 0.0, eb, width, height, batch),
+                   _split_peak(b, b, knot_groups[i], 0.0, eb, width, height, batch))
+    return _split_peak(a, b, segment_groups[i], u, eb, width, height, batch)
 
 
 def _segment(knots: tuple, frames: int) -> tuple[int, float]:
