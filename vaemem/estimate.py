@@ -526,8 +526,9 @@ def _split_peak(a: tuple, b: tuple, groups: tuple, u: float, element_bytes: int,
     grow = u - 1.0 if u > 1.0 else 0.0
     for scale, pad, ca, cb, slope, idx in groups:
         padded = batch * (width / scale + 2 * pad) * (height / scale + 2 * pad)
-        if padded * ((ca if ca > cb else cb) + slope * grow) <= SPLIT_INPUT_ELEMENTS:
-            continue  # no input of this group reaches 2^30 elements (linear in u: the ends bound it on [0, 1])
+        if padded * ((ca if ca > cb else cb) + slope * grow) < SPLIT_INPUT_ELEMENTS * (1 - 1e-9):
+            continue  # no input of this group reaches 2^30 elements (linear in u: the ends bound it on [0, 1];
+            # the slack keeps a rounding of the bound from skipping a layer the exact test below would split)
         for j in idx:
             x, y = a[j], b[j]
             n = padded * (x[0] + (y[0] - x[0]) * u)
