@@ -174,7 +174,8 @@ def test_cache_records_verifies_and_refuses_tampering(tmp_path):
 
 def test_a_reused_fake_model_gives_what_a_fresh_build_gives():
     """A process reuses a zoo model's fake build across dry runs of one op and dtype: after a sliced, a tiled, a
-    math-path and a decomposed dry run, each next one equals the same dry run of a fresh build."""
+    math-path, a decomposed and another overlap's dry run, each next one equals the same dry run of a fresh
+    build."""
     from vaemem.tracing import trace as tr
 
     specs = [TraceSpec("tiny-kl", "decode", "fp32", 128, 96, batch=2, slicing=True),
@@ -183,7 +184,12 @@ def test_a_reused_fake_model_gives_what_a_fresh_build_gives():
              TraceSpec("tiny-kl", "decode", "fp32", 128, 96, attention="math"),
              TraceSpec("tiny-kl", "decode", "fp32", 128, 96),
              TraceSpec("tiny-wan", "encode", "fp32", 64, 48, frames=5, conv3d="decomposed"),
-             TraceSpec("tiny-wan", "encode", "fp32", 64, 48, frames=5)]
+             TraceSpec("tiny-wan", "encode", "fp32", 64, 48, frames=5),
+             # diffusers' enable_tiling keeps the model's value for a 0 argument: an overlap of 0 after 0.5
+             TraceSpec("tiny-cogvideox", "decode", "fp32", 128, 96, frames=9, tile=32, overlap=0.5),
+             TraceSpec("tiny-cogvideox", "decode", "fp32", 128, 96, frames=9, tile=32, overlap=0.0),
+             TraceSpec("tiny-hunyuanvideo-1.5", "decode", "fp32", 128, 96, frames=5, tile=64, overlap=0.5),
+             TraceSpec("tiny-hunyuanvideo-1.5", "decode", "fp32", 128, 96, frames=5, tile=64, overlap=0.0)]
     reused = []
     for s in specs:
         reused.append(trace(s))
@@ -193,3 +199,10 @@ def test_a_reused_fake_model_gives_what_a_fresh_build_gives():
         fresh = trace(s)
         assert (r.peak_bytes, r.output_bytes, r.attention_peak_bytes, r.peak_module) == \
             (fresh.peak_bytes, fresh.output_bytes, fresh.attention_peak_bytes, fresh.peak_module), s.key
+
+
+def test_a_tile_no_larger_than_the_spatial_factor_is_refused():
+    """Tiles overlap by at least one latent pixel: a tile of the spatial factor would not advance (diffusers would
+    keep the model's previous stride)."""
+    with pytest.raises(VaememError, match="tile must be larger than 8 px for tiny-wan"):
+        trace(TraceSpec("tiny-wan", "decode", "fp32", 128, 96, frames=5, tile=8))

@@ -164,6 +164,9 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
             raise VaememError(f"tile must be a positive multiple of {f} px for {spec.name}, got {tile}")
         if tile >= max(width, height):
             raise VaememError(f"tile {tile} is not smaller than {width}x{height}: no tiling would happen")
+        if tile <= f:  # the tiles overlap by at least one latent pixel: a tile of f px would not advance
+            raise VaememError(f"tile must be larger than {f} px for {spec.name} (tiles overlap by at least one "
+                              f"latent pixel), got {tile}")
 
 
 def validate(p: Point) -> Point:

@@ -159,14 +159,19 @@ def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overla
         model.tile_overlap_factor = overlap
     elif cls == "AutoencoderKLMiniMaxH3":
         model.enable_tiling(tile, tile, overlap_px, overlap_px)
+    # diffusers' enable_tiling keeps the model's own value for an argument that is 0 (``arg or self.x``), so an
+    # overlap of 0 is set directly: else it would run at the class default, or at what a reused dry-run model last had
     elif cls == "AutoencoderKLCogVideoX":
         model.enable_tiling(tile, tile, overlap, overlap)
+        model.tile_overlap_factor_height = model.tile_overlap_factor_width = overlap
         model.tile_latent_min_height = model.tile_latent_min_width = tile // f
     elif cls == "AutoencoderKLHunyuanImage":
         model.enable_tiling(tile, overlap)
+        model.tile_overlap_factor = overlap
         model.tile_latent_min_size = tile // f
     elif cls == "AutoencoderKLHunyuanVideo15":
         model.enable_tiling(tile, tile, tile // f, tile // f, overlap)
+        model.tile_overlap_factor = overlap
     else:  # Wan, Qwen-Image, HunyuanVideo, LTX, LTX-2, Mochi, DC-AE: min size and stride in sample pixels
         model.enable_tiling(tile_sample_min_height=tile, tile_sample_min_width=tile,
                             tile_sample_stride_height=stride, tile_sample_stride_width=stride)
