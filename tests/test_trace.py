@@ -206,3 +206,8 @@ def test_a_tile_no_larger_than_the_spatial_factor_is_refused():
     keep the model's previous stride)."""
     with pytest.raises(VaememError, match="tile must be larger than 8 px for tiny-wan"):
         trace(TraceSpec("tiny-wan", "decode", "fp32", 128, 96, frames=5, tile=8))
+    from vaemem import estimate as est
+
+    with pytest.raises(ValueError, match="tile must be larger than 8 px for sd15"):  # the estimator agrees
+        est.working_memory_bytes("sd15", "decode", 512, 512, tile=8, dtype="fp32", backend="onednn",
+                                 allocator="glibc-fixed", os="linux")

@@ -906,6 +906,9 @@ class _Plan:
                 t = _positive_int("tile", t)
             if t <= 0 or t % sf:  # type: ignore[operator]
                 raise ValueError(f"tile must be a positive multiple of {sf} px for {self.model}, got {t!r}")
+            if t == sf:  # tiles overlap by at least one latent pixel: one of sf px would not advance (as measure)
+                raise ValueError(f"tile must be larger than {sf} px for {self.model} (tiles overlap by at least "
+                                 f"one latent pixel), got {t}")
             if t >= (w if w > h else h):  # type: ignore[operator]
                 raise ValueError(f"tile {t} is not smaller than {w}x{h}: no tiling would happen")
         if self.image:
