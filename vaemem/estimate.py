@@ -307,11 +307,11 @@ def _check_structure(s: dict, where: str) -> None:
         layers = _field(sp, "layers", f"{where}.split", "list")
         _need(len(layers) == len(knots) and all(isinstance(k, list) for k in layers), f"{where}.split.layers",
               f"{len(knots)} lists (one per knot)", layers)
-        for i, k in enumerate(layers):
-            for j, layer in enumerate(k):
+        for i, knot in enumerate(layers):
+            for j, layer in enumerate(knot):
                 _need(isinstance(layer, list) and len(layer) == 8 and all(_num(x) for x in layer)
                       and layer[0] > 0 and layer[1] > 0 and layer[3] >= 1 and min(layer[2], layer[5], layer[6]) >= 0
-                      and all(float(layer[k]).is_integer() for k in (2, 4)) and layer[4] >= 1,
+                      and float(layer[2]).is_integer() and float(layer[4]).is_integer() and layer[4] >= 1,
                       f"{where}.split.layers[{i}][{j}]", "[elements per padded pixel > 0, scale > 0, pad >= 0, "
                       "frames >= 1, whole temporal kernel >= 1, output elements per pixel >= 0, live bytes per pixel >= 0, "
                       "live bytes], padding whole", layer)
@@ -534,14 +534,15 @@ def _split_peak(a: tuple, b: tuple, groups: tuple, u: float, element_bytes: int,
             n = padded * (x[0] + (y[0] - x[0]) * u)
             if n <= SPLIT_INPUT_ELEMENTS:
                 continue
-            best = _split_layer_peak(x, y, u, n, best, element_bytes, area, batch)
+            peak = _split_layer_peak(x, y, u, n, element_bytes, area, batch)
+            if peak > best:
+                best = peak
     return best
 
 
-def _split_layer_peak(x: tuple, y: tuple, u: float, n: float, best: float, element_bytes: int, area: int,
-                      batch: int) -> float:
-    """The larger of ``best`` and one split layer's peak (see :func:`split_peak_bytes`) for an input of ``n``
-    elements."""
+def _split_layer_peak(x: tuple, y: tuple, u: float, n: float, element_bytes: int, area: int, batch: int) -> float:
+    """One split layer's peak (see :func:`split_peak_bytes`), ``u`` of the way from ``x`` to ``y``, for an input of
+    ``n`` elements."""
     kt = x[4]
     parts = int(n / SPLIT_INPUT_ELEMENTS) + 1
     frames = int(x[3] + (y[3] - x[3]) * u + 0.999999)  # between knots: whole frames, rounded up
@@ -552,8 +553,7 @@ def _split_layer_peak(x: tuple, y: tuple, u: float, n: float, best: float, eleme
     pieces = -(-frames // size)
     copies = (frames - size + (pieces - 1) * (kt - 1)) / frames * n if kt > 1 else 0.0
     o, live_px, live_base = (p + (q - p) * u for p, q in zip(x[5:8], y[5:8]))
-    peak = batch * (live_px * area + live_base) + (copies + batch * o * area) * element_bytes
-    return peak if peak > best else best
+    return batch * (live_px * area + live_base) + (copies + batch * o * area) * element_bytes
 
 
 def split_compatible(a: list | tuple, b: list | tuple) -> bool:
