@@ -32,14 +32,14 @@ if [ "${device%%:*}" = cpu ]; then
   dtype=fp32  # this CPU has no fast fp16 convolution
   plan=(--budget-min 0.5 --no-video --no-tiles --no-batch --op decode --allocator glibc-fixed)  # keeps CI short
   spawn_runs=1  # a spawned CPU child imports torch and diffusers afresh: 7 s a run here
-  variant=(-m tiny-kl --res 128 --allocator glibc-fixed)
+  variant_model=tiny-kl; variant_res=128; variant_alloc=glibc-fixed
 else
   models=(-m sd15 -m flux1); allocs=(--allocator native --allocator cudaMallocAsync)
   res=(--res 512 --res 768x512 --res 1024); bench_model=minimax-h3; bench_res=256x256; frames=()
   dtype=fp16
   plan=(--budget-min 2 --allocator native)  # with the steps above, the whole check stays under 8 minutes
   spawn_runs=2
-  variant=(-m sd15 --res 1024 --allocator native)
+  variant_model=sd15; variant_res=1024; variant_alloc=native
 fi
 rig=gpu-check-${device%%:*}
 log() { echo "== $*" | tee -a "$out/log.txt"; }
@@ -121,11 +121,28 @@ log "calibration plan"
 "$vaemem" fit --measurements "$out/plan" --out "$out/plan-coefficients.json" --exceptions "$out/none.json" \
   | tee -a "$out/log.txt" || echo "plan fit refused (see above)" | tee -a "$out/log.txt"
 log "variants: math attention path and a sliced batch"
-for v in "--attention math" "--batch 2 --slicing" "--batch 2"; do
-  # shellcheck disable=SC2086
-  "$vaemem" measure "${variant[@]}" --op decode --dtype "$dtype" $v --device "$device" --runs 1 --rig "$rig" \
-    --out "$out/variants/$rig.jsonl" --timeout 300 | tee -a "$out/log.txt"
-done
+# one sweep, one measure: each invocation imports torch and diffusers anew
+cat > "$out/variants.toml" <<TOML
+schema_version = 1
+runs = 1
+[[grid]]
+models = ["$variant_model"]
+ops = ["decode"]
+dtypes = ["$dtype"]
+res = ["$variant_res"]
+attention = ["math"]
+allocators = ["$variant_alloc"]
+[[grid]]
+models = ["$variant_model"]
+ops = ["decode"]
+dtypes = ["$dtype"]
+res = ["$variant_res"]
+batches = [2]
+slicing = [true, false]
+allocators = ["$variant_alloc"]
+TOML
+"$vaemem" measure --sweep "$out/variants.toml" --device "$device" --rig "$rig" --out "$out/variants/$rig.jsonl" \
+  --timeout 300 | tee -a "$out/log.txt"
 "$python" - "$out/variants/$rig.jsonl" <<'PY' | tee -a "$out/log.txt"
 import sys
 from vaemem.measuring.parent.store import iter_records

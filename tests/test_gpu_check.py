@@ -27,5 +27,5 @@ def test_gpu_check_script_on_cpu(tmp_path):
     assert (out / "plan-coefficients.json").exists()
     variants = [json.loads(l) for l in (out / "variants" / "gpu-check-cpu.jsonl").read_text().splitlines()]
     assert [(v["status"], v["attention"], v["slicing"], v["batch"]) for v in variants] == \
-        [("ok", "math", False, 1), ("ok", "fused", True, 2), ("ok", "fused", False, 2)]
+        [("ok", "math", False, 1), ("ok", "fused", False, 2), ("ok", "fused", True, 2)]
     assert "/b2/f1/t0/glibc-fixed/cpu/sliced: dry run" in r.stdout and "/math: dry run" in r.stdout
