@@ -150,8 +150,8 @@ def measure(
         if dry_run:
             from vaemem.measuring.parent.runner import sweep_plan
 
-            _print_plan(len(points), runs, out_path, *sweep_plan(points, out_path, rig_name, runs, force,
-                                                                 retry_failed), as_json, budget)
+            _print_plan(len(points), runs, out_path, rig_name, *sweep_plan(points, out_path, rig_name, runs, force,
+                                                                           retry_failed), as_json, budget)
         else:
             _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
                        retry_failed, gpu_list, as_json, budget)
@@ -159,10 +159,10 @@ def measure(
         _fail(e)
 
 
-def _print_plan(n_points: int, runs: int, out: Path, tasks: list, history: list, as_json: bool,
+def _print_plan(n_points: int, runs: int, out: Path, rig: str, tasks: list, history: list, as_json: bool,
                 budget: tuple | None = None) -> None:
-    """One line: points, runs due after resume, predicted minutes (to stderr when the output is JSON). A plan
-    file's own prediction (its cost model) is said beside its budget."""
+    """One line: points, runs due after resume, predicted minutes on ``rig`` (to stderr when the output is JSON).
+    A plan file's own prediction (its cost model) is said beside its budget."""
     from vaemem.measuring.parent.eta import predict
 
     if budget is not None:
@@ -170,7 +170,7 @@ def _print_plan(n_points: int, runs: int, out: Path, tasks: list, history: list,
         line = (f"{len(tasks)} runs, predicted {due / 60:.1f} min by the plan's cost model, budget "
                 f"{budget[0] / 60:.1f} min (late: the lowest-priority points are dropped)")
     else:
-        line = predict([t.point for t in tasks], history).describe()
+        line = predict([t.point for t in tasks], history, rig).describe()
     typer.echo(f"plan: {n_points} points x {runs} runs, {len(tasks)} due in {out}: {line}", err=as_json)
 
 
@@ -295,7 +295,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
 
         def on_plan(tasks: list, history: list) -> None:  # the bar appears once the folder is read and a run is due
             planned.append(len(tasks))
-            _print_plan(len(points), runs, out, tasks, history, as_json, budget)
+            _print_plan(len(points), runs, out, rig, tasks, history, as_json, budget)
             if tasks:
                 bar.update(task, total=len(tasks))
                 bar.start()

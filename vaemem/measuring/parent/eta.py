@@ -3,10 +3,13 @@
 Method: a run's wall time is taken as proportional to the pixels it touches (width x height x batch x frames) at
 fixed model, op, dtype and tiling, plus the fixed start cost of a run (process, imports, build), which is the
 measured ``run_wall_s - op_wall_s``. For each planned point the nearest measured point of the same model, op,
-dtype and tiling (closest in log pixels, on any rig file read) scales its op time by the pixel ratio; without
-one, the median seconds per pixel of the same op, dtype and kernel class (conv2d or conv3d) is used, and the
-point is counted as "guessed"; with neither it is "unknown" and adds nothing. It is a plan, not a promise:
-on this kind of machine a run's time varies by 30 % between processes.
+dtype and tiling (closest in log pixels) scales its op time by the pixel ratio; without one, the median seconds
+per pixel of the same op, dtype and kernel class (conv2d or conv3d) is used, and the point is counted as
+"guessed"; with neither it is "unknown" and adds nothing. Runs of the sweep's own rig are asked first, then those
+of any other rig file read: rigs differ by far more than sizes do (bf16 SD1.5 decode at 96 px took 30-230 s on
+an AVX2 EPYC, where convolution falls back to aten, and under a second on an AMX Xeon; predicted from both, a
+48-point bf16 sweep of 8 minutes on the Xeon was put at 292). It is a plan, not a promise: on this kind of
+machine a run's time varies by 30 % between processes.
 """
 
 from __future__ import annotations
@@ -44,34 +47,49 @@ def _kind(model: str, op: str, dtype: str, tiled: bool) -> tuple:
     return (model, op, dtype, tiled)
 
 
-def predict(points: Sequence[Point], history: Iterable[dict[str, Any]]) -> Eta:
-    """Predicted wall seconds of running each of ``points`` once (pass a point twice for two runs)."""
-    same: dict[tuple, list[tuple[int, float]]] = {}
-    per_px: dict[tuple, list[float]] = {}
-    starts: list[float] = []
+def predict(points: Sequence[Point], history: Iterable[dict[str, Any]], rig: str | None = None) -> Eta:
+    """Predicted wall seconds of running each of ``points`` once (pass a point twice for two runs) on ``rig``
+    (its runs in ``history`` are asked first; None: every rig alike)."""
+    tables = (_Rates(), _Rates())  # this rig's runs, every rig's
     names = registry()
     for r in history:
         if r.get("status") != "ok" or not r.get("op_wall_s") or r.get("model") not in names:
             continue
-        px, op_s = int(r["pixels"]), float(r["op_wall_s"])
-        if r.get("run_wall_s"):
-            starts.append(max(0.0, float(r["run_wall_s"]) - op_s))
-        same.setdefault(_kind(r["model"], r["op"], r["dtype"], bool(r.get("tile"))), []).append((px, op_s))
-        if not names[r["model"]].tiny:  # a tiny model says nothing about a real one's speed
-            per_px.setdefault((names[r["model"]].kernel, r["op"], r["dtype"]), []).append(op_s / px)
+        for t in tables if rig is not None and r.get("rig", {}).get("name") == rig else tables[1:]:
+            t.add(r, names[r["model"]].tiny, names[r["model"]].kernel)
+    starts = tables[0].starts or tables[1].starts
     start_s = statistics.median(starts) if starts else 5.0
     total, exact, guessed, unknown = 0.0, 0, 0, 0
     for p in points:
-        found = same.get(_kind(p.model, p.op, p.dtype, p.tile is not None))
-        if found:
-            px, op_s = min(found, key=lambda e: abs(math.log(e[0] / p.pixels)))
-            total += start_s + op_s * p.pixels / px
-            exact += 1
-            continue
-        rates = per_px.get((get_spec(p.model).kernel, p.op, p.dtype))
-        if rates:
-            total += start_s + statistics.median(rates) * p.pixels
-            guessed += 1
+        kind, rate_key = _kind(p.model, p.op, p.dtype, p.tile is not None), (get_spec(p.model).kernel, p.op, p.dtype)
+        for t in tables:  # this rig's runs of the kind, then of the class; then every rig's
+            if kind in t.same:
+                px, op_s = min(t.same[kind], key=lambda e: abs(math.log(e[0] / p.pixels)))
+                total += start_s + op_s * p.pixels / px
+                exact += 1
+                break
+            if rate_key in t.per_px:
+                total += start_s + statistics.median(t.per_px[rate_key]) * p.pixels
+                guessed += 1
+                break
         else:
             unknown += 1
     return Eta(total, len(points), exact, guessed, unknown)
+
+
+class _Rates:
+    """Measured op times of one set of runs: (pixels, op seconds) per point kind, seconds per pixel per kernel
+    class, op and dtype (real models only: a tiny model says nothing about a real one's speed), start costs."""
+
+    def __init__(self) -> None:
+        self.same: dict[tuple, list[tuple[int, float]]] = {}
+        self.per_px: dict[tuple, list[float]] = {}
+        self.starts: list[float] = []
+
+    def add(self, r: dict[str, Any], tiny: bool, kernel: str) -> None:
+        px, op_s = int(r["pixels"]), float(r["op_wall_s"])
+        if r.get("run_wall_s"):
+            self.starts.append(max(0.0, float(r["run_wall_s"]) - op_s))
+        self.same.setdefault(_kind(r["model"], r["op"], r["dtype"], bool(r.get("tile"))), []).append((px, op_s))
+        if not tiny:
+            self.per_px.setdefault((kernel, r["op"], r["dtype"]), []).append(op_s / px)

@@ -1,0 +1,74 @@
+"""What one CPU convolution holds beyond its output while it runs: the part of demand a dry run cannot see.
+
+    python benchmarks/cpu_conv_transients.py      # Linux; re-runs itself under glibc-fixed
+
+A dry run counts tensors. On this CPU a convolution that oneDNN runs also reorders its weight (and its input or
+output) into blocked formats for the duration of the call: buffers that are no tensor, so no dry run sees them,
+and that the calibration factor must carry. This prints, per convolution, the resident peak of one warm call
+above the resident size before it (``/proc/self/status`` VmHWM after a reset through ``clear_refs``), the
+output's bytes, and what is left: the transient, beside the weight's bytes and max(input, output) bytes.
+
+Read with the structure's facts: the transient of a large weight is size-independent, so a pure ratio to the
+dry run cannot carry it at small sizes (HunyuanImage-2.1's decoder has a 144 MiB 1024->4096 convolution at its
+latent resolution); the output-sized part scales with the dry run, which is why a calibration factor carries it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # glibc-fixed: freed blocks unmapped
+
+CASES = (  # (dims, in channels, out channels, kernel, frames (3-D), side in px, dtype)
+    (2, 2048, 2048, 3, 0, 8, "fp32"), (2, 1024, 4096, 3, 0, 8, "fp32"), (2, 2048, 2048, 3, 0, 8, "bf16"),
+    (2, 2048, 2048, 1, 0, 8, "fp32"), (2, 1024, 1024, 3, 0, 64, "fp32"), (2, 512, 512, 3, 0, 128, "fp32"),
+    (2, 128, 128, 3, 0, 256, "fp32"), (2, 16, 128, 3, 0, 256, "fp32"), (2, 128, 3, 3, 0, 256, "fp32"),
+    (2, 3, 128, 3, 0, 64, "fp32"),
+    (3, 1024, 1024, 3, 3, 8, "fp32"), (3, 512, 512, 3, 3, 32, "fp32"), (3, 128, 128, 3, 9, 64, "fp32"),
+    (3, 128, 128, 3, 9, 128, "fp32"), (3, 128, 3, 3, 9, 128, "fp32"), (3, 512, 512, 3, 3, 4, "fp32"),
+)
+MIB = 2**20
+
+
+def _status(field: str) -> float:
+    """A /proc/self/status field in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def main() -> None:
+    import torch
+
+    torch.set_grad_enabled(False)
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    print(f"torch {torch.__version__}, oneDNN {torch.backends.mkldnn.is_available()}, {os.cpu_count()} cores, "
+          f"glibc-fixed; MiB")
+    print(f"{'convolution':34s} {'weight':>7s} {'in':>7s} {'out':>7s} {'peak':>7s} {'transient':>9s} "
+          f"{'w+max(in,out)':>13s}")
+    for dims, cin, cout, k, frames, side, dtype in CASES:
+        cls = torch.nn.Conv2d if dims == 2 else torch.nn.Conv3d
+        conv = cls(cin, cout, k, padding=k // 2).to(dtypes[dtype])
+        shape = (1, cin, side, side) if dims == 2 else (1, cin, frames, side, side)
+        x = torch.randn(shape).to(dtypes[dtype])
+        conv(x)  # warm: the first call also builds oneDNN's primitive
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current resident size
+        before = _status("VmRSS")
+        y = conv(x)
+        peak = _status("VmHWM") - before
+        w, i, o = (t.numel() * t.element_size() / MIB for t in (conv.weight, x, y))
+        name = f"conv{dims}d {cin}->{cout} k{k} {f'{frames}x' if dims == 3 else ''}{side}px {dtype}"
+        print(f"{name:34s} {w:7.1f} {i:7.1f} {o:7.1f} {peak:7.1f} {peak - o:9.1f} {w + max(i, o):13.1f}")
+        del y
+
+
+if __name__ == "__main__":
+    if not sys.platform.startswith("linux"):
+        sys.exit("error: reads /proc/self/status and clear_refs: Linux only")
+    if any(os.environ.get(k) != v for k, v in ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ENV})
+    main()
