@@ -170,10 +170,6 @@ def test_cache_records_verifies_and_refuses_tampering(tmp_path):
     path.write_text(json.dumps(newer))
     with pytest.raises(VaememError, match="newer"):
         tc.read_cache(path)
-    older = {**json.loads(text), "schema_version": 1}  # before split convolutions were recorded
-    path.write_text(json.dumps(older))
-    with pytest.raises(VaememError, match="is not the one this vaemem reads .2.; re-record it"):
-        tc.read_cache(path)
 
 
 def test_a_reused_fake_model_gives_what_a_fresh_build_gives():

@@ -4,7 +4,7 @@ A dry run is exact for a given torch and diffusers, so the cache records the ver
 SHA-256 of its canonical entries; ``vaemem fit --check`` verifies both, and a test marked slow re-runs a sample.
 Deterministic bytes (sorted keys, no timings), written atomically.
 
-    {"schema_version": 2, "torch_version": "2.13.0+cpu", "diffusers_version": "0.42.1",
+    {"schema_version": 1, "torch_version": "2.13.0+cpu", "diffusers_version": "0.42.1",
      "entries_sha256": "...", "entries": {KEY: {"spec": {...}, "peak_bytes": N, "output_bytes": N,
                                                 "input_bytes": N, "peak_module": "...",
                                                 "attention_peak_bytes": N (math-path entries only),
@@ -24,9 +24,7 @@ from vaemem.errors import VaememError
 from vaemem.files import write_atomic
 from vaemem.tracing.trace import TraceResult, TraceSpec
 
-# 2: entries record the split convolutions (``split_convs``) and may be ``unsplit``. A schema-1 cache has neither,
-# and structures derived from it would silently price CogVideoX and Mochi as if nothing split: refused.
-CACHE_SCHEMA_VERSION = 2
+CACHE_SCHEMA_VERSION = 1
 DEFAULT_CACHE = Path("fits/traces.json")
 ENTRY_FIELDS = {"spec": dict, "peak_bytes": int, "output_bytes": int, "input_bytes": int, "peak_module": str}
 
@@ -55,8 +53,7 @@ def read_cache(path: str | Path) -> dict[str, Any]:
         newer = doc["schema_version"] > CACHE_SCHEMA_VERSION
         raise VaememError(f"{path}: schema_version {doc['schema_version']} is "
                           f"{'newer than' if newer else 'not'} the one this vaemem reads ({CACHE_SCHEMA_VERSION})"
-                          + ("; upgrade vaemem" if newer else
-                             "; re-record it: vaemem trace --zoo --record " + str(path)))
+                          + ("; upgrade vaemem" if newer else ""))
     for field in ("torch_version", "diffusers_version", "entries_sha256"):
         if not isinstance(doc.get(field), str):
             raise VaememError(f"{path}: {field} missing or not a string")
