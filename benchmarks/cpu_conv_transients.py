@@ -55,8 +55,11 @@ def main() -> None:
         shape = (1, cin, side, side) if dims == 2 else (1, cin, frames, side, side)
         x = torch.randn(shape).to(dtypes[dtype])
         conv(x)  # warm: the first call also builds oneDNN's primitive
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current resident size
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM to the current resident size
+        except OSError as e:
+            sys.exit(f"error: cannot reset the resident peak through /proc/self/clear_refs: {e.strerror}")
         before = _status("VmRSS")
         y = conv(x)
         peak = _status("VmHWM") - before

@@ -8,7 +8,7 @@ per pixel of the same op, dtype and kernel class (conv2d or conv3d) is used, and
 "guessed"; with neither it is "unknown" and adds nothing. Runs of the sweep's own rig are asked first, then those
 of any other rig file read: rigs differ by far more than sizes do (bf16 SD1.5 decode at 96 px took 30-230 s on
 an AVX2 EPYC, where convolution falls back to aten, and under a second on an AMX Xeon; predicted from both, a
-48-point bf16 sweep of 8 minutes on the Xeon was put at 292). It is a plan, not a promise: on this kind of
+48-point bf16 sweep of 6 minutes on the Xeon was put at 292). It is a plan, not a promise: on this kind of
 machine a run's time varies by 30 % between processes.
 """
 
