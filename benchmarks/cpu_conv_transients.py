@@ -6,7 +6,12 @@ A dry run counts tensors. On this CPU a convolution that oneDNN runs also reorde
 output) into blocked formats for the duration of the call: buffers that are no tensor, so no dry run sees them,
 and that the calibration factor must carry. This prints, per convolution, the resident peak of one warm call
 above the resident size before it (``/proc/self/status`` VmHWM after a reset through ``clear_refs``), the
-output's bytes, and what is left: the transient, beside the weight's bytes and max(input, output) bytes.
+output's bytes, and what is left: the transient, beside the weight's bytes plus max(input, output) bytes
+(oneDNN's reorders) and the im2col buffer (torch's own path).
+
+A small 3-D input takes torch's own path instead, whose transient is the im2col buffer (input channels x
+kernel volume x output positions: 27x the output per channel for a 3x3x3 kernel), growing with size until
+oneDNN takes over and holds the weight instead (the last three rows, one frame of a 512-channel latent).
 
 Read with the structure's facts: the transient of a large weight is size-independent, so a pure ratio to the
 dry run cannot carry it at small sizes (HunyuanImage-2.1's decoder has a 144 MiB 1024->4096 convolution at its
@@ -27,6 +32,7 @@ CASES = (  # (dims, in channels, out channels, kernel, frames (3-D), side in px,
     (2, 3, 128, 3, 0, 64, "fp32"),
     (3, 1024, 1024, 3, 3, 8, "fp32"), (3, 512, 512, 3, 3, 32, "fp32"), (3, 128, 128, 3, 9, 64, "fp32"),
     (3, 128, 128, 3, 9, 128, "fp32"), (3, 128, 3, 3, 9, 128, "fp32"), (3, 512, 512, 3, 3, 4, "fp32"),
+    (3, 512, 512, 3, 1, 16, "fp32"), (3, 512, 512, 3, 1, 32, "fp32"), (3, 512, 512, 3, 1, 48, "fp32"),
 )
 MIB = 2**20
 
@@ -48,7 +54,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, oneDNN {torch.backends.mkldnn.is_available()}, {os.cpu_count()} cores, "
           f"glibc-fixed; MiB")
     print(f"{'convolution':34s} {'weight':>7s} {'in':>7s} {'out':>7s} {'peak':>7s} {'transient':>9s} "
-          f"{'w+max(in,out)':>13s}")
+          f"{'w+max(in,out)':>13s} {'im2col':>7s}")
     for dims, cin, cout, k, frames, side, dtype in CASES:
         cls = torch.nn.Conv2d if dims == 2 else torch.nn.Conv3d
         conv = cls(cin, cout, k, padding=k // 2).to(dtypes[dtype])
@@ -65,7 +71,9 @@ def main() -> None:
         peak = _status("VmHWM") - before
         w, i, o = (t.numel() * t.element_size() / MIB for t in (conv.weight, x, y))
         name = f"conv{dims}d {cin}->{cout} k{k} {f'{frames}x' if dims == 3 else ''}{side}px {dtype}"
-        print(f"{name:34s} {w:7.1f} {i:7.1f} {o:7.1f} {peak:7.1f} {peak - o:9.1f} {w + max(i, o):13.1f}")
+        im2col = cin * k**dims * y[0, 0].numel() * y.element_size() / MIB  # torch's own path: its column buffer
+        print(f"{name:34s} {w:7.1f} {i:7.1f} {o:7.1f} {peak:7.1f} {peak - o:9.1f} {w + max(i, o):13.1f} "
+              f"{im2col:7.1f}")
         del y
 
 
