@@ -258,6 +258,24 @@ def test_agreeing_architectures_transfer_and_disagreeing_ones_are_flagged(tmp_pa
     assert not bad["agree"] and bad["spread"] > 1.15
 
 
+def test_a_class_whose_held_out_architecture_is_under_reserved_does_not_agree(tmp_path):
+    """Factors within 15 % at the class's median dry-run peak are not enough: flux1 here has a resident floor of
+    400 MiB at 256 px that sd15's and cogview4's line (1.3-1.32 x dry + 30 MiB) cannot see, so, held out, it is
+    under-reserved there, and a transfer to an unmeasured architecture would be unverified."""
+    lines = (("sd15", 1.3, 3000, 0), ("cogview4", 1.32, 6000, 0), ("flux1", 1.3, 3000, 400 * MIB))
+    recs = [_record(a, w, max(floor, f * bpp * w * w + 30 * MIB)) for a, f, bpp, floor in lines
+            for w in (256, 512, 768, 1024)]
+    (cal,) = co.calibrate(_data(tmp_path, recs), STRUCTS, margin=0.05)
+    assert cal["spread"] < 1.05 and cal["architectures"]["flux1"]["floor_bytes"] >= 400 * MIB
+    assert not cal["agree"]
+    from vaemem.report.structural import leave_one_architecture_out
+
+    under = {r["architecture"]: r["under"] for r in leave_one_architecture_out(_data(tmp_path, recs), STRUCTS, 0.05)}
+    assert under == {"sd15": 0, "cogview4": 0, "flux1": 1}  # 256 px only: from 512 px up the line covers the floor
+    (fine,) = co.calibrate(_data(tmp_path, [r for r in recs if r["model"] != "flux1"]), STRUCTS, margin=0.05)
+    assert fine["agree"]
+
+
 def test_leave_one_architecture_out_prices_the_held_out_one_from_the_rest(tmp_path):
     from vaemem.report.structural import leave_one_architecture_out
 

@@ -29,7 +29,7 @@ order:
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
-    (factors within 15 %) or the transfer is unverified;
+    (factors within 15 %, and each, held out, covered by the others' line) or the transfer is unverified;
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family))``, both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
@@ -67,7 +67,8 @@ SCHEMA_VERSION = 3
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
 PLATFORM_KEYS = ("conv_backend", "allocator", "dtype", "os", "op", "tiled")
-AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio
+AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio (and
+# each, held out, is covered by the line of the others: ``vaemem.fit.coefficients.held_out_under``)
 REFERENCE_MODEL = "sd15"  # the SD family, the legacy rule's reference in the fallback
 MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}

@@ -15,7 +15,8 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, calibration_line, dry_of, request_of
+from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, calibration_line, dry_of, held_out_ratios, \
+    request_of
 from vaemem.models.zoo import get_spec
 
 GOAL_MIN_SIZES = 4
@@ -95,21 +96,17 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
 
 
 def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
-    """Per platform, kernel class and architecture X (2+ architectures): X priced by the class line of the rest."""
+    """Per platform, kernel class and architecture X (2+ architectures): X priced by the class line of the rest
+    (:func:`vaemem.fit.coefficients.held_out_ratios`, which also decides whether a class agrees)."""
     out = []
     for cid, entries in sorted(_points(data, structures).items()):
-        archs = sorted({e[0] for e in entries})
-        if len(archs) < 2:
+        per_arch: dict[str, list[tuple]] = {}
+        for e in entries:
+            per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7]))
+        if len(per_arch) < 2:
             continue
-        for x in archs:
-            train = [(e[3], e[4], e[5], e[6], e[7]) for e in entries if e[0] != x]
-            if len({t[0] for t in train}) < 2:
-                continue
-            line = calibration_line(train, margin)
-            ratios = [_price(line, e) / e[5] for e in entries if e[0] == x and e[7] >= DOMAIN_MIN_FRAME_PIXELS]
-            if not ratios:
-                continue
-            row = {"calibration": cid, "architecture": x, "trained_on": [a for a in archs if a != x],
+        for x, ratios in held_out_ratios(per_arch, margin).items():
+            row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
                    **_stats(ratios)}
             row["listed"] = row["under"] > 0 or row["max"] > LOAO_LIST
             out.append(row)
