@@ -68,7 +68,7 @@ SCHEMA_VERSION = 3
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
 PLATFORM_KEYS = ("conv_backend", "allocator", "dtype", "os", "op", "tiled")
 AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio (and
-# each, held out, is covered by the line of the others: ``vaemem.fit.coefficients.held_out_under``)
+# each, held out, is covered by the line of the others: ``vaemem.fit.coefficients.held_out_uncovered``)
 REFERENCE_MODEL = "sd15"  # the SD family, the legacy rule's reference in the fallback
 MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}

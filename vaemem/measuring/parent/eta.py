@@ -6,8 +6,9 @@ measured ``run_wall_s - op_wall_s``. For each planned point the nearest measured
 dtype and tiling (closest in log pixels) scales its op time by the pixel ratio; without one, the median seconds
 per pixel of the same op, dtype and kernel class (conv2d or conv3d) is used, and the point is counted as
 "guessed"; with neither it is "unknown" and adds nothing. Runs of the sweep's own rig are asked first, then those
-of any other rig file read: rigs differ by far more than sizes do (bf16 SD1.5 decode at 96 px took 30-230 s on
-an AVX2 EPYC, where convolution falls back to aten, and under a second on an AMX Xeon; predicted from both, a
+of any other rig file read: rigs differ by far more than sizes do (bf16 SD1.5 at 64-128 px took 84-227 s to
+decode and 29-81 s to encode on an AVX2 EPYC, where convolution falls back to aten, and 0.1-2.3 s on an AMX
+Xeon; predicted from both, a
 48-point bf16 sweep of 6 minutes on the Xeon was put at 292). It is a plan, not a promise: on this kind of
 machine a run's time varies by 30 % between processes.
 """
