@@ -274,6 +274,9 @@ def test_a_class_whose_held_out_architecture_is_under_reserved_does_not_agree(tm
     assert under == {"sd15": 0, "cogview4": 0, "flux1": 1}  # 256 px only: from 512 px up the line covers the floor
     (fine,) = co.calibrate(_data(tmp_path, [r for r in recs if r["model"] != "flux1"]), STRUCTS, margin=0.05)
     assert fine["agree"]
+    small = [_record(a, w, f * bpp * w * w + 30 * MIB) for a, f, bpp, _ in lines[:2] for w in (64, 96)]
+    (unseen,) = co.calibrate(_data(tmp_path, small), STRUCTS, margin=0.05)  # below the domain: no held-out evidence
+    assert unseen["spread"] < 1.05 and not unseen["agree"]
 
 
 def test_leave_one_architecture_out_prices_the_held_out_one_from_the_rest(tmp_path):
