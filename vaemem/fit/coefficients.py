@@ -432,8 +432,8 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         ref = statistics.median(r[0] for r in pooled)
         factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS) / ref for ln in archs.values()]
         spread = max(factors) / min(factors)
-        agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not held_out_uncovered({a: per_arch[a] for a in archs},
-                                                                                       margin)
+        uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin)
+        agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
                     "class": calibration_line(pooled, margin), "spread": round(spread, 4),
                     "agree": agree, "torch_versions": sorted(torches)})

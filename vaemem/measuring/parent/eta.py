@@ -8,9 +8,8 @@ per pixel of the same op, dtype and kernel class (conv2d or conv3d) is used, and
 "guessed"; with neither it is "unknown" and adds nothing. Runs of the sweep's own rig are asked first, then those
 of any other rig file read: rigs differ by far more than sizes do (bf16 SD1.5 at 64-128 px took 84-227 s to
 decode and 29-81 s to encode on an AVX2 EPYC, where convolution falls back to aten, and 0.1-2.3 s on an AMX
-Xeon; predicted from both, a
-48-point bf16 sweep of 6 minutes on the Xeon was put at 292). It is a plan, not a promise: on this kind of
-machine a run's time varies by 30 % between processes.
+Xeon; predicted from both, a 48-point bf16 sweep of 6 minutes on the Xeon was put at 292). It is a plan, not a
+promise: on this kind of machine a run's time varies by 30 % between processes.
 """
 
 from __future__ import annotations
@@ -56,7 +55,8 @@ def predict(points: Sequence[Point], history: Iterable[dict[str, Any]], rig: str
     for r in history:
         if r.get("status") != "ok" or not r.get("op_wall_s") or r.get("model") not in names:
             continue
-        for t in tables if rig is not None and r.get("rig", {}).get("name") == rig else tables[1:]:
+        own = rig is not None and r.get("rig", {}).get("name") == rig
+        for t in tables if own else tables[1:]:
             t.add(r, names[r["model"]].tiny, names[r["model"]].kernel)
     starts = tables[0].starts or tables[1].starts
     start_s = statistics.median(starts) if starts else 5.0
