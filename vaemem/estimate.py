@@ -634,7 +634,7 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
         t2 = tile * tile  # type: ignore[operator]
         return batch * (k[0] * t2 + k[1] * n * t2 + k[2] * width * height + k[3])
     area = width * height
-    up = c[8] if len(c) > 8 else None
+    up = c[8]
     if up is not None and area > up[0]:  # the second area piece (a video model's large frames)
         a, q, b = uterms or frame_terms(up[1], frames)
     else:
@@ -642,7 +642,7 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     if area < c[5]:
         area = c[5]
     v = batch * (a * area + q * area * area + b)
-    if len(c) > 9 and c[9] is not None:  # the peak while a split convolution joins its parts, where higher
+    if c[9] is not None:  # the peak while a split convolution joins its parts, where higher
         sp = _split_at(c[9], c[1], width, height, batch, frames)
         if sp > v:
             v = sp
