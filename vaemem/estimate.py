@@ -761,6 +761,24 @@ def _positive_int(name: str, v: object) -> int:
     return n
 
 
+def geometry_error(model: str, factor: int, width: int, height: int, tile: int | None) -> str | None:
+    """What is wrong with a ``width`` x ``height`` px request (tiles of ``tile`` px, None: untiled) of a model
+    whose sizes step by ``factor`` px, or None. The one owner of these rules: pricing and measurement points
+    (:func:`vaemem.measuring.point.check_geometry`) both call it."""
+    if width % factor or height % factor:
+        return f"{model} needs width and height in multiples of {factor} px, got {width}x{height}"
+    if tile is None:
+        return None
+    if tile <= 0 or tile % factor:
+        return f"tile must be a positive multiple of {factor} px for {model}, got {tile!r}"
+    if tile >= max(width, height):
+        return f"tile {tile} is not smaller than {width}x{height}: no tiling would happen"
+    if tile == factor:  # the tiles overlap by at least one latent pixel: a tile of ``factor`` px would not advance
+        return (f"tile must be larger than {factor} px for {model} (tiles overlap by at least one latent pixel), "
+                f"got {tile}")
+    return None
+
+
 def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str, os: str,
                    cast: str, attention: str) -> None:
     """Checks that need no coefficient file: every key names one of its valid choices (a typo is refused, never
@@ -900,18 +918,12 @@ class _Plan:
         w, h, b, f, t = width, height, batch, frames, tile
         sliced = self.out is not None and b > 1  # type: ignore[operator]
         sf = self.factor
-        if w % sf or h % sf:  # type: ignore[operator]
-            raise ValueError(f"{self.model} needs width and height in multiples of {sf} px, got {w}x{h}")
-        if t is not None:
-            if type(t) is not int:
-                t = _positive_int("tile", t)
-            if t <= 0 or t % sf:  # type: ignore[operator]
-                raise ValueError(f"tile must be a positive multiple of {sf} px for {self.model}, got {t!r}")
-            if t == sf:  # tiles overlap by at least one latent pixel: one of sf px would not advance (as measure)
-                raise ValueError(f"tile must be larger than {sf} px for {self.model} (tiles overlap by at least "
-                                 f"one latent pixel), got {t}")
-            if t >= (w if w > h else h):  # type: ignore[operator]
-                raise ValueError(f"tile {t} is not smaller than {w}x{h}: no tiling would happen")
+        if t is not None and type(t) is not int:
+            t = _positive_int("tile", t)
+        if w % sf or h % sf or t is not None:  # type: ignore[operator]
+            problem = geometry_error(self.model, sf, w, h, t)  # type: ignore[arg-type]
+            if problem:
+                raise ValueError(problem)
         if self.image:
             if f != 1:
                 raise ValueError(f"{self.model} is an image model: frames must be 1")

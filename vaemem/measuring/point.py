@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import ATTENTION
+from vaemem.estimate import ATTENTION, geometry_error
 from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
@@ -149,9 +149,6 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
     for name, value in (("width", width), ("height", height), ("batch", batch), ("frames", frames)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise VaememError(f"{name} must be a positive integer, got {value!r}")
-    f = spec.spatial_factor
-    if width % f or height % f:
-        raise VaememError(f"{spec.name} needs width and height in multiples of {f} px, got {width}x{height}")
     if spec.frames_error(frames):
         if not spec.is_video:
             video = ", ".join(n for n, s in registry().items() if s.is_video and not s.tiny)
@@ -160,13 +157,12 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
     if tile is not None:
         if spec.tiled_refusal(op):
             raise VaememError(f"{spec.name} cannot run a tiled {op}: {spec.tiled_refusal(op)}")
-        if not isinstance(tile, int) or tile <= 0 or tile % f:
-            raise VaememError(f"tile must be a positive multiple of {f} px for {spec.name}, got {tile}")
-        if tile >= max(width, height):
-            raise VaememError(f"tile {tile} is not smaller than {width}x{height}: no tiling would happen")
-        if tile <= f:  # the tiles overlap by at least one latent pixel: a tile of f px would not advance
-            raise VaememError(f"tile must be larger than {f} px for {spec.name} (tiles overlap by at least one "
-                              f"latent pixel), got {tile}")
+        if not isinstance(tile, int) or isinstance(tile, bool):
+            raise VaememError(f"tile must be a positive multiple of {spec.spatial_factor} px for {spec.name}, "
+                              f"got {tile!r}")
+    problem = geometry_error(spec.name, spec.spatial_factor, width, height, tile)
+    if problem:
+        raise VaememError(problem)
 
 
 def validate(p: Point) -> Point:
