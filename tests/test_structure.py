@@ -419,6 +419,20 @@ def test_a_resident_floor_is_recovered_and_only_where_the_line_cannot_reach_it(t
     assert "floor_bytes" not in affine
 
 
+def test_a_flat_floor_is_taken_where_the_line_nearly_reaches_it():
+    """Known answer: demand is max(160 MiB, 1.3 x dry + 20 MiB), three sizes on the floor, as HunyuanImage-2.1's
+    bf16 decoder on this CPU. With the smallest held out, the line over the rest reserves more than
+    ``FLOOR_NEEDED`` of the two floor points left, but their equal demand on dry runs 1.2x apart shows the floor:
+    it is taken, the line is recovered, and the held-out size is covered (0.94 without the floor)."""
+    dry = lambda w: 3000.0 * w * w  # noqa: E731
+    demand = lambda w: max(160 * MIB, 1.3 * dry(w) + 20 * MIB)  # noqa: E731
+    line = co.calibration_line([(dry(w), dry(w), demand(w), False, w * w) for w in (168, 184, 256, 384, 512, 640)],
+                               0.0, floor=True)
+    assert line["floor_bytes"] == 160 * MIB
+    assert line["dry_factor"] == pytest.approx(1.3, abs=2e-4) and line["base_bytes"] == 20 * MIB
+    assert est.calibration_bytes(line, dry(160), dry(160), False, 160 * 160) == pytest.approx(demand(160))
+
+
 def test_a_floor_never_takes_a_term_the_points_need():
     """The one-frame clips (their own regime) are the two smallest points and sit under a 300 MiB floor: a floor
     over both would leave the line without its one-frame terms, so that k is never taken, and a one-frame request

@@ -337,10 +337,16 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False) -> d
             "dry_bytes_max": int(max(dry))}
 
 
-# A floor is taken only where the line over the other points would reserve less than this fraction of some floor
-# point's demand: a resident floor the line cannot reach, not a line a little tighter without its smallest point
-# (which held out would price a smaller point at a larger one's demand: CogView4 encode 1.54x).
+# A floor is taken only where the points show one: the line over the other points would reserve less than this
+# fraction of some floor point's demand (a resident floor the line cannot reach), or two or more floor points need
+# the same demand (within FLOOR_FLAT) on dry-run peaks at least FLOOR_FLAT_DRY apart, where a line would rise by
+# more than 10 %. Not for a line a little tighter without its smallest point, which held out would price a smaller
+# point at a larger one's demand (CogView4 encode 1.54x). The flat case is HunyuanImage-2.1's bf16 decoder:
+# 162.5-163.1 MiB from 256x256 to 384x256 (dry runs of 56-84 MiB); with 256x256 held out, the line over the rest
+# reached 0.75 of the two floor points left, so no floor was taken and 256x256 was priced at 0.93 of its demand.
 FLOOR_NEEDED = 0.75
+FLOOR_FLAT = 1.02
+FLOOR_FLAT_DRY = 1.1
 
 
 def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str, Any]:
@@ -367,8 +373,11 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str
         if _terms(order[k:]) != _terms(rows):  # the line over the rest must keep every term the points need: a
             continue  # one-frame or batch term left to the floor would vanish for larger requests
         line = _line_through(order[k:], margin)
-        if all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) >= FLOOR_NEEDED * r[2] for r in order[:k]):
-            continue  # the line alone nearly covers them: no evidence of a floor
+        low = [r[2] for r in order[:k]]
+        flat = k >= 2 and max(low) <= FLOOR_FLAT * min(low) and order[k - 1][0] >= FLOOR_FLAT_DRY * order[0][0]
+        if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) >= FLOOR_NEEDED * r[2]
+                            for r in order[:k]):
+            continue  # the line alone nearly covers them and their demand is not flat: no evidence of a floor
         line["floor_bytes"] = int(ceil_step(max(r[2] for r in order[:k]) * (1 + margin), BASE_STEP))
         s = score(line)
         if s < best_score - 1e-9:
