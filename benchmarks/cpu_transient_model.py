@@ -1,6 +1,6 @@
 """How much of this CPU's calibration factor a model of its convolution transients explains.
 
-    python benchmarks/cpu_transient_model.py [-j 2]     # about 6 minutes with 2 workers here
+    python benchmarks/cpu_transient_model.py [-j 2]     # 2.8 minutes with 2 workers here
 
 A dry run counts tensors, and on this CPU each convolution also holds buffers that are no tensor
 (``benchmarks/cpu_conv_transients.py`` measures them one layer at a time). This re-runs the dry run of every
@@ -12,6 +12,10 @@ live tensors:
   kernel larger than 3 in both inner dims, batch > 1, or N x C x the next two dims > 20480): the weight's bytes
   plus max(input, output) bytes (its reorders into blocked formats);
 - on torch's own path (a small fp32 input): the im2col buffer, input channels x kernel volume x output positions.
+
+The rule is torch 2.13's ``use_mkldnn`` as it applies on the rig: more than one thread (its 1x1 clause then always
+holds; the rig records ``torch_threads``: 2), a CPU with bf16 support (every bf16 convolution on oneDNN), and no
+transposed convolution (none of these models has one).
 
 It prints, per group, demand / dry-run peak and demand / (dry run with the transients), min / median / max, and
 per kernel class the spread of the medians over architectures: one factor per class needs that spread near 1.
@@ -80,17 +84,17 @@ def _patch() -> None:
 LAST: list = [None]
 
 
-def _dry(point: tuple) -> tuple[tuple, int, int]:
-    """(point, plain dry-run peak, peak with the transients) in bytes."""
+def _dry(point: tuple) -> tuple[tuple, int, int, str]:
+    """(point, plain dry-run peak, peak with the transients (bytes), the module at that peak)."""
     import gc
 
     from vaemem.tracing.trace import TraceSpec, trace
 
     model, op, dtype, width, height, frames = point
-    peak = trace(TraceSpec(model, op, dtype, width, height, frames=frames)).peak_bytes
+    result = trace(TraceSpec(model, op, dtype, width, height, frames=frames))
     plain = LAST[0].plain_peak
     gc.collect()
-    return point, plain, peak
+    return point, plain, result.peak_bytes, result.peak_module
 
 
 def _points() -> dict[tuple, tuple[str, int]]:
@@ -120,6 +124,8 @@ def _spread(values: list[float]) -> str:
 
 
 def main() -> None:
+    from vaemem.models.zoo import get_spec
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-j", "--jobs", type=int, default=2, help="dry runs in parallel (processes)")
     jobs = parser.parse_args().jobs
@@ -128,17 +134,22 @@ def main() -> None:
     points = _points()
     _patch()
     with multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=20) as pool:
-        dry = {p: (plain, peak) for p, plain, peak in pool.imap_unordered(_dry, sorted(points), chunksize=1)}
-    groups: dict[tuple, list[tuple[float, float]]] = {}
+        dry = {r[0]: r[1:] for r in pool.imap_unordered(_dry, sorted(points), chunksize=1)}
+    groups: dict[tuple, list[tuple]] = {}
     for p, (kernel, demand) in sorted(points.items()):
-        plain, peak = dry[p]
-        groups.setdefault((kernel, f"{p[2]} {p[1]}", p[0]), []).append((demand / plain, demand / peak))
+        plain, peak, where = dry[p]
+        groups.setdefault((kernel, f"{p[2]} {p[1]}", p[0]), []).append((demand / plain, demand / peak, p, where))
     print(f"{len(points)} measured points of {RIG}; demand / dry-run peak, and / (dry run + convolution "
           f"transients): min / median / max")
     print(f"{'class':8s} {'dtype op':12s} {'architecture':18s} {'n':>3s}  {'demand / dry':18s}  demand / model")
     for (kernel, dop, model), rows in sorted(groups.items()):
         print(f"{kernel:8s} {dop:12s} {model:18s} {len(rows):3d}  {_spread([r[0] for r in rows]):18s}  "
               f"{_spread([r[1] for r in rows])}")
+    print("\nper group, the points of the lowest and highest demand / model, and where the modelled peak is")
+    for (kernel, dop, model), rows in sorted(groups.items()):
+        for r in (min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])):
+            size = f"{r[2][3]}x{r[2][4]}" + (f"x{r[2][5]}" if r[2][5] > 1 or get_spec(model).is_video else "")
+            print(f"{dop:12s} {model:18s} {size:12s} {r[1]:5.2f}  {r[3]}")
     print("\nper class, the medians over architectures (max / min: 1 would be one factor for the class)")
     classes: dict[tuple, list[tuple[float, float]]] = {}
     for (kernel, dop, _), rows in groups.items():

@@ -172,8 +172,8 @@ def test_largest_tile_picks_the_largest_candidate_within_the_budget():
     assert est.largest_tile("flux1", "decode", 2048, 2048, priced[256] - 1, **GPU)["tile"] is None
     big = est.largest_tile("flux1", "decode", 2048, 2048, 10**12, **GPU)
     assert big["untiled_fits"] and big["tile"] == 1024
-    small = est.largest_tile("flux1", "decode", 600, 512, 10**12, candidates=[512, 520, 256], **GPU)
-    assert list(small["priced"]) == [520, 512, 256]  # smaller than the image's long side, multiples of 8
+    small = est.largest_tile("flux1", "decode", 600, 512, 10**12, candidates=[512, 520, 256, 12, 8], **GPU)
+    assert list(small["priced"]) == [520, 512, 256]  # smaller than the long side, multiples of 8, larger than 8
     with pytest.raises(ValueError, match="budget_bytes must be a positive integer"):
         est.largest_tile("flux1", "decode", 1024, 1024, 0, **GPU)
 

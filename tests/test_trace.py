@@ -153,6 +153,20 @@ def test_cli_trace_bad_input_is_one_line(args, message):
     assert len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("config,message", [
+    ({"block_out_channels": "wide"}, "TypeError"),  # diffusers formats the string into a message and fails
+    ({"block_out_channels": [30, 60]}, "must be divisible by num_groups"),
+])
+def test_a_config_diffusers_cannot_build_is_one_line(tmp_path, config, message):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"_class_name": "AutoencoderKL", "latent_channels": 4,
+                               "down_block_types": ["DownEncoderBlock2D"] * 2,
+                               "up_block_types": ["UpDecoderBlock2D"] * 2, **config}))
+    res = CliRunner().invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64"])
+    assert res.exit_code == 2 and "diffusers cannot build or run decode of this AutoencoderKL config" in res.output
+    assert message in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
 def test_cache_records_verifies_and_refuses_tampering(tmp_path):
     path = tmp_path / "traces.json"
     results = [trace(_spec("tiny-kl", op)) for op in ("decode", "encode")]

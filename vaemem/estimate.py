@@ -779,21 +779,29 @@ def geometry_error(model: str, factor: int, width: int, height: int, tile: int |
     return None
 
 
+def frames_error(model: str, step: int | None, frames: int) -> str | None:
+    """What is wrong with ``frames`` for a model whose clips are ``1 + step x k`` frames (``step`` None: an image
+    model), or None."""
+    if step is None:
+        return None if frames == 1 else f"{model} is an image model: frames must be 1"
+    if (frames - 1) % step:
+        return (f"{model} takes clips of 1 + {step}k frames ({', '.join(str(1 + step * k) for k in range(4))}, "
+                f"...), got {frames}")
+    return None
+
+
 def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str, os: str,
                    cast: str, attention: str) -> None:
     """Checks that need no coefficient file: every key names one of its valid choices (a typo is refused, never
     priced by the fallback)."""
-    for name, v in (("op", op), ("dtype", dtype), ("backend", backend), ("allocator", allocator), ("os", os),
-                    ("cast", cast), ("attention", attention)):
+    _check_op(op, dtype, attention)
+    for name, v in (("backend", backend), ("allocator", allocator), ("os", os), ("cast", cast)):
         if not isinstance(v, str):
             raise ValueError(f"{name} must be a string, got {v!r}")
     if loaded_dtype is not None and not isinstance(loaded_dtype, str):
         raise ValueError(f"loaded_dtype must be a string or None, got {loaded_dtype!r}")
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; choose one of: {', '.join(OPS)}")
-    for name, d in (("dtype", dtype), ("loaded_dtype", loaded_dtype)):
-        if d is not None and d not in ELEMENT_SIZE:
-            raise ValueError(f"unknown {name} {d!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
+    if loaded_dtype is not None and loaded_dtype not in ELEMENT_SIZE:
+        raise ValueError(f"unknown loaded_dtype {loaded_dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     if allocator not in ALLOCATORS:
@@ -802,6 +810,17 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
     if cast not in CAST:
         raise ValueError(f"unknown cast {cast!r}; choose one of: {', '.join(CAST)}")
+
+
+def _check_op(op: str, dtype: str, attention: str) -> None:
+    """The op, dtype and attention path of a request name valid choices (pricing and :func:`dry_run_bytes`)."""
+    for name, v in (("op", op), ("dtype", dtype), ("attention", attention)):
+        if not isinstance(v, str):
+            raise ValueError(f"{name} must be a string, got {v!r}")
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; choose one of: {', '.join(OPS)}")
+    if dtype not in ELEMENT_SIZE:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
     if attention not in ATTENTION:
         raise ValueError(f"unknown attention path {attention!r}; choose one of: {', '.join(ATTENTION)}")
 
@@ -924,13 +943,8 @@ class _Plan:
             problem = geometry_error(self.model, sf, w, h, t)  # type: ignore[arg-type]
             if problem:
                 raise ValueError(problem)
-        if self.image:
-            if f != 1:
-                raise ValueError(f"{self.model} is an image model: frames must be 1")
-        elif (f - 1) % self.step:  # type: ignore[operator]
-            step = self.step
-            raise ValueError(f"{self.model} takes clips of 1 + {step}k frames "
-                             f"({', '.join(str(1 + step * k) for k in range(4))}, ...), got {f}")
+        if (f != 1 if self.image else (f - 1) % self.step):  # type: ignore[operator]
+            raise ValueError(frames_error(self.model, None if self.image else self.step, f))
         kind = self.kind
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
@@ -989,6 +1003,8 @@ def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None,
           os: str, tiled: bool, cast: str, attention: str = "fused", slicing: bool = False) -> _Plan:
     key = (model, op, dtype, loaded_dtype, backend, allocator, os, tiled, cast, attention, slicing)
     plans = coef["_plans"]
+    if slicing is not True and slicing is not False:  # 0 and 1.0 hash as False and True: a hit would skip the check
+        return _Plan(coef, *key)
     try:
         plan = plans.get(key)
     except TypeError:  # an unhashable argument: _Plan says which, as a ValueError
@@ -1017,16 +1033,37 @@ def _doc(coefficients: object) -> dict:
     return data
 
 
-def dry_run_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
+def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (tiled video, an architecture never dry-run). On the math attention path:
-    ``max(fused peak, attention peak)`` untiled, a tile's attention peak on top of the fused peak tiled. Sliced:
-    one sample's peak plus ``batch - 1`` outputs."""
-    if attention not in ATTENTION or type(slicing) is not bool:
-        raise ValueError(f"attention must be one of {', '.join(ATTENTION)} and slicing True or False, got "
-                         f"{attention!r}, {slicing!r}")
+    structure covers the request (tiled video, an architecture never dry-run). ``coef``: what ``coefficients=``
+    takes elsewhere (None: the packaged file). On the math attention path: ``max(fused peak, attention peak)``
+    untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
+    outputs. A request no model could run raises ValueError."""
+    if type(slicing) is not bool:
+        raise ValueError(f"slicing must be True or False, got {slicing!r}")
+    _check_op(op, dtype, attention)
+    coef = _doc(coef)
+    m = coef["models"].get(model) if isinstance(model, str) else None
+    if m is None:
+        raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(coef['models']))}")
+    width, height, batch, frames = (_positive_int(n, v) for n, v in
+                                    (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
+    step = None if m["temporal_factor"] is None else (m.get("frame_step") or m["temporal_factor"])
+    problem = geometry_error(model, m["spatial_factor"], width, height,
+                             None if tile is None else _positive_int("tile", tile)) or frames_error(model, step, frames)
+    if problem:
+        raise ValueError(problem)
+    return structure_peak_bytes(coef, model, op, width, height, dtype=dtype, batch=batch, frames=frames, tile=tile,
+                                attention=attention, slicing=slicing)
+
+
+def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
+                         frames: int = 1, tile: int | None = None, attention: str = "fused",
+                         slicing: bool = False) -> float | None:
+    """:func:`dry_run_bytes` without its checks, on any dict with ``models`` (each with ``architecture`` and
+    ``attention_ops``) and ``structures``: what the fit evaluates at its measured points."""
     m = coef["models"][model]
     structures = coef.get("structures", {})
     arch = m["architecture"]
@@ -1150,7 +1187,7 @@ def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype:
                                    attention, slicing))
     except TypeError:
         plan = None
-    if plan is None:
+    if plan is None or (slicing is not False and slicing is not True):  # 0 and 1.0 hit the plans of False and True
         plan = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast, attention,
                      slicing)
     return plan.price(width, height, batch, frames, tile)[0]
@@ -1161,7 +1198,8 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
                  frames: int = 1, candidates: object = None, cast: str = "model", attention: str = "fused",
                  slicing: bool = False, coefficients: object = None) -> dict:
     """The largest spatial tile whose reservation fits ``budget_bytes``, among ``candidates`` (default
-    :data:`TILE_CANDIDATES`; those smaller than the image and multiples of the model's spatial factor).
+    :data:`TILE_CANDIDATES`; those that :func:`geometry_error` accepts: smaller than the image, multiples of the
+    model's spatial factor and larger than it).
 
     Returns ``{"untiled_bytes", "untiled_fits", "tile" (None: none fits), "tile_bytes", "priced": {tile: bytes}}``.
     Tiling in time (frame chunks) is out of scope: a clip is tiled in space only, every frame at once."""
@@ -1174,11 +1212,10 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
         raise ValueError(f"candidates must be a list of tile sides in px, got {candidates!r}")
     tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
                    reverse=True)
-    side = max(int(width), int(height))
     priced: dict = {}
     best = None
     for t in tiles:
-        if t >= side or t % f:
+        if geometry_error(model, f, width, height, t):  # a tile that could not run is skipped, not priced
             continue
         priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
         if best is None and priced[t] <= budget:

@@ -286,7 +286,7 @@ def request_of(point: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | N
 
 def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple[float, float] | None:
     """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structures, by the
-    estimator's own evaluation (:func:`vaemem.estimate.dry_run_bytes`) of the point's request; None where nothing
+    estimator's own evaluation (:func:`vaemem.estimate.structure_peak_bytes`) of the point's request; None where nothing
     covers it (a variant the estimator cannot express, or no structure for it)."""
     from vaemem import estimate as est
     from vaemem.models.zoo import ATTENTION_OPS
@@ -299,8 +299,8 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
            "structures": structures}
     kw = dict(dtype=req["dtype"], frames=req["frames"], tile=req["tile"], attention=req["attention"])
     w, h = point["width"], point["height"]
-    dry = est.dry_run_bytes(doc, arch, op, w, h, batch=req["batch"], slicing=req["slicing"], **kw)
-    return None if dry is None else (dry, est.dry_run_bytes(doc, arch, op, w, h, batch=1, **kw))
+    dry = est.structure_peak_bytes(doc, arch, op, w, h, batch=req["batch"], slicing=req["slicing"], **kw)
+    return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
 # The calibration line's domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
@@ -339,14 +339,14 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False) -> d
 
 # A floor is taken only where the points show one: the line over the other points would reserve less than this
 # fraction of some floor point's demand (a resident floor the line cannot reach), or two or more floor points need
-# the same demand (within FLOOR_FLAT) on dry-run peaks at least FLOOR_FLAT_DRY apart, where a line would rise by
-# more than 10 %. Not for a line a little tighter without its smallest point, which held out would price a smaller
-# point at a larger one's demand (CogView4 encode 1.54x). The flat case is HunyuanImage-2.1's bf16 decoder:
-# 162.5-163.1 MiB from 256x256 to 384x256 (dry runs of 56-84 MiB); with 256x256 held out, the line over the rest
-# reached 0.75 of the two floor points left, so no floor was taken and 256x256 was priced at 0.93 of its demand.
+# the same demand (within FLOOR_FLAT) where that line rises by FLOOR_LINE_RISE or more between them: demand that
+# does not follow the line. Not for a line a little tighter without its smallest point, which held out would
+# price a smaller point at a larger one's demand (CogView4 encode 1.54x). The flat case is HunyuanImage-2.1's bf16
+# decoder: 162.5-163.1 MiB from 256x256 to 384x256 (dry runs of 56-84 MiB); with 256x256 held out, the line over
+# the rest reached 0.75 of the two floor points left, so no floor was taken and 256x256 was priced at 0.93.
 FLOOR_NEEDED = 0.75
 FLOOR_FLAT = 1.02
-FLOOR_FLAT_DRY = 1.1
+FLOOR_LINE_RISE = 1.1
 
 
 def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str, Any]:
@@ -374,7 +374,8 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str
             continue  # one-frame or batch term left to the floor would vanish for larger requests
         line = _line_through(order[k:], margin)
         low = [r[2] for r in order[:k]]
-        flat = k >= 2 and max(low) <= FLOOR_FLAT * min(low) and order[k - 1][0] >= FLOOR_FLAT_DRY * order[0][0]
+        first, last = (calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) for r in (order[0], order[k - 1]))
+        flat = k >= 2 and max(low) <= FLOOR_FLAT * min(low) and last >= FLOOR_LINE_RISE * first
         if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) >= FLOOR_NEEDED * r[2]
                             for r in order[:k]):
             continue  # the line alone nearly covers them and their demand is not flat: no evidence of a floor

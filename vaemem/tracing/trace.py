@@ -309,8 +309,24 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
     """Dry-run ``spec`` (a zoo model, or any supported diffusers VAE ``config`` under the name ``spec.model``).
 
     ``fake=False`` runs the same accounting on real CPU tensors with seeded weights: the known answer the tests
-    compare the dry run against (affordable for tiny models only). ``replay=False`` turns tile replay off.
+    compare the dry run against (affordable for tiny models only). ``replay=False`` turns tile replay off. A
+    ``config`` diffusers cannot build or run raises VaememError with diffusers' reason (a zoo model's error is a
+    bug and propagates).
     """
+    if config is None:
+        return _trace(spec, None, fake, replay)
+    try:
+        return _trace(spec, config, fake, replay)
+    except VaememError:
+        raise
+    except Exception as e:  # noqa: BLE001  (diffusers' own checks raise what they like)
+        reason = (str(e).strip().splitlines() or [""])[0][:300]
+        raise VaememError(f"diffusers cannot {'build or run' if fake else 'run'} {spec.op} of this "
+                          f"{config.get('_class_name')} config: {type(e).__name__}: {reason}") from None
+
+
+def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: bool) -> TraceResult:
+    """:func:`trace` itself."""
     import diffusers
     import torch
 
