@@ -41,10 +41,10 @@ def _requests(doc: dict) -> list[dict]:
     for c in doc["calibrations"]:
         for arch in c["architectures"]:
             m = doc["models"][by_arch[arch]]
-            for side in (256, 640):
+            for side in (512, 640) if c["tiled"] else (256, 640):
                 out.append(dict(model=by_arch[arch], op=c["op"], width=side, height=side, dtype=c["dtype"],
                                 backend=c["conv_backend"], allocator=c["allocator"], os=c["os"],
-                                tile=128 if c["tiled"] else None,
+                                tile=256 if c["tiled"] else None,  # the tiled structures' smallest tile
                                 frames=1 if m["temporal_factor"] is None else 1 + 4 * (m.get("frame_step") or
                                                                                        m["temporal_factor"])))
     for name, m in sorted(doc["models"].items()):
@@ -172,8 +172,10 @@ def test_largest_tile_picks_the_largest_candidate_within_the_budget():
     assert est.largest_tile("flux1", "decode", 2048, 2048, priced[256] - 1, **GPU)["tile"] is None
     big = est.largest_tile("flux1", "decode", 2048, 2048, 10**12, **GPU)
     assert big["untiled_fits"] and big["tile"] == 1024
-    small = est.largest_tile("flux1", "decode", 600, 512, 10**12, candidates=[512, 520, 256, 12, 8], **GPU)
-    assert list(small["priced"]) == [520, 512, 256]  # smaller than the long side, multiples of 8, larger than 8
+    small = est.largest_tile("flux1", "decode", 600, 512, 10**12, candidates=[512, 520, 256, 128, 12, 8], **GPU)
+    assert list(small["priced"]) == [520, 512, 256]  # smaller than the long side, multiples of 8, not below 256
+    with pytest.raises(ValueError, match="priced tiled from 256 px tiles up"):  # the tiled structure's grid
+        est.working_memory_bytes("flux1", "decode", 1024, 1024, tile=128, **GPU)
     with pytest.raises(ValueError, match="budget_bytes must be a positive integer"):
         est.largest_tile("flux1", "decode", 1024, 1024, 0, **GPU)
 

@@ -204,6 +204,29 @@ def test_diff_estimate_report_and_plot(tmp_path):
     assert runner.invoke(app, ["plot", *meas, "--coefficients", str(a), "--group", "x/y"]).exit_code == 2
 
 
+def test_diff_prices_the_calibrated_architectures_and_says_why_a_cell_is_na(tmp_path):
+    """A refit that changes one architecture's calibration line shows on that architecture's rows and no others;
+    a tile no model can take gives n/a cells, with the estimator's reason under the table."""
+    packaged = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())
+    changed = json.loads(json.dumps(packaged))
+    for c in changed["calibrations"]:
+        if "sd15" in c["architectures"]:
+            c["architectures"]["sd15"]["dry_factor"] *= 1.25
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(packaged))
+    b.write_text(json.dumps(changed))
+    d = runner.invoke(app, ["diff", str(a), str(b), "--res", "512"], terminal_width=200)
+    assert d.exit_code == 0, d.output
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in d.output.splitlines()
+            if line.startswith("│")}
+    moved = {g for g, cell in rows.items() if cell.split(" -> ")[0] != cell.split(" -> ")[1]}
+    assert moved and all(g.startswith("sd15/") for g in moved)
+    assert "sd15/decode/onednn/glibc-fixed/fp32/linux/untiled" in moved and "n/a:" not in d.output
+    bad = runner.invoke(app, ["diff", str(a), str(b), "--res", "512", "--tile", "100"], terminal_width=200)
+    assert bad.exit_code == 0 and "n/a: tile must be a positive multiple of 8 px for sd15, got 100" in bad.output
+    assert runner.invoke(app, ["diff", str(a), str(b), "--tile", "0"]).exit_code == 2
+
+
 def test_help_and_estimate_do_not_import_torch():
     code = ("import sys; from typer.testing import CliRunner; from vaemem.cli import app; "
             "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "

@@ -127,7 +127,18 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
     e = est.explain("sdxl", "decode", 1024, 1024, dtype="bf16", backend="cudnn", allocator="native", os="linux",
                     coefficients=coef)
     assert e.source == "measured" and e.bytes == int(2.8 * 1536 * 1024 * 1024 + 100 * MIB)
-    assert "2.800 x dry-run peak 1536 MiB" in e.reason
+    assert "2.800 x dry-run peak 1536 MiB + 100 MiB" in e.reason
+
+
+def test_the_reason_states_every_term_it_adds():
+    """The packaged sd15 bf16 decode line has a per-sample term: the reason's terms add up to the price."""
+    e = est.explain("sd15", "decode", 512, 512, batch=2, dtype="bf16", backend="onednn", allocator="glibc-fixed",
+                    os="linux")
+    m = re.search(r"([\d.]+) x dry-run peak (\d+) MiB \+ ([\d.]+) x one sample's (\d+) MiB \+ (\d+) MiB",
+                  e.reason)
+    assert m, e.reason
+    a, dry, p, dry1, base = map(float, m.groups())
+    assert a * dry + p * dry1 + base == pytest.approx(e.bytes / MIB, abs=2)
 
 
 def test_transfer_prices_an_unmeasured_architecture_by_the_class_line_and_says_if_unverified():
@@ -319,7 +330,8 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "sd15/decode/fp32/untiled", "knots"), [5, 1], "knots must be increasing positive integers"),
     (("structures", "sd15/decode/fp32/untiled", "bytes_per_pixel"), [-1.0], "bytes_per_pixel must be non-negative"),
     (("structures", "sd15/decode/fp32/untiled", "base_bytes"), [-1e15], "prices 64x64 x 1 frames at zero or less"),
-    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "with 128 px tiles at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "with 256 px tiles at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "tile_min"), -256, "tile_min must be an int > 0"),
     (("structures", "sd15/decode/fp32/tiled", "kind"), "cubic", 'kind must be "frames" or "tiled"'),
     (("groups",), {}, "lacks groups"),
     (("structures", "sd15/decode/fp32/untiled", "area_min"), "4096", "area_min must be a non-negative integer"),

@@ -58,8 +58,8 @@ def test_a_point_and_a_priced_request_refuse_the_same_sizes_and_tiles_alike():
     the same request (integer sizes and tiles), with the same message."""
     from vaemem import estimate as est
 
-    for w, h, tile in [(w, h, t) for w in (60, 64, 128) for h in (64, 96) for t in (None, -8, 0, 8, 12, 16, 64,
-                                                                                    96, 128, 256)]:
+    for w, h, tile in [(w, h, t) for w in (500, 512, 1024) for h in (512, 768)
+                       for t in (None, -8, 0, 8, 12, 256, 260, 384, 512, 768, 1024)]:  # tiles the structure prices
         try:
             validate(Point("sd15", "decode", "fp32", w, h, tile=tile))
             measured = None

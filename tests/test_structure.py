@@ -43,6 +43,8 @@ def committed_structures():
     ("hunyuanvideo", "decode", "fp32", 320, 192, 25, 1, None),
     ("ltx-video", "decode", "bf16", 768, 512, 41, 1, None),
     ("sd15", "decode", "fp32", 1024, 1024, 1, 1, 448),   # a tile size the grid never traced
+    ("flux2", "encode", "bf16", 1536, 1024, 1, 1, 384),   # tiled encode, a size the grid never traced
+    ("cogview4", "encode", "fp32", 1280, 768, 1, 1, 448),
     ("mochi", "decode", "bf16", 832, 480, 37, 1, None),   # the second area piece (it was 0.74x with one fit)
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,

@@ -495,9 +495,11 @@ def diff(
     new: Path = typer.Argument(..., help="coefficient file after"),
     res: list[str] = typer.Option(["512", "1024"], "--res", help="resolutions to price (repeatable)"),
     tile: int = typer.Option(256, help="tile side in px used to price tiled groups"),
+    frames: int = typer.Option(1, help="frames of a video architecture's clip (1 + its step x k)"),
 ) -> None:
-    """Reservations per measured group before and after, in MiB, at chosen resolutions (batch 1, one frame; tiled
-    groups at --tile), each priced by the estimator exactly as an app would be."""
+    """Reservations before and after, in MiB, at chosen resolutions (batch 1; tiled groups at --tile): every
+    measured group and every architecture a calibration holds, each priced by the estimator exactly as an app
+    would be. A cell the estimator refuses is n/a, and its reason is listed under the table."""
     from rich.table import Table
 
     from vaemem import estimate as est
@@ -505,28 +507,49 @@ def diff(
     from vaemem.measuring.point import parse_res
 
     try:
+        if tile <= 0 or frames <= 0:
+            raise VaememError(f"--tile and --frames must be positive, got {tile} and {frames}")
         a, b = read_coefficients(old), read_coefficients(new)
         sizes = [parse_res(r) for r in res]
-        ga, gb = ({g["group"]: g for g in d["groups"]} for d in (a, b))
+        ka, kb = _priced_keys(a), _priced_keys(b)
+        refused: dict[str, str] = {}
 
-        def price(doc: dict, g: dict | None, w: int, h: int) -> str:
-            if g is None:
+        def price(doc: dict, key: dict | None, w: int, h: int) -> str:
+            if key is None:
                 return "-"
+            model = key["architecture"]
+            video = doc["models"].get(model, {}).get("temporal_factor") is not None
             try:
-                e = est.explain(g["architecture"], g["op"], w, h, dtype=g["dtype"], backend=g["conv_backend"],
-                                allocator=g["allocator"], os=g["os"], tile=tile if g["tiled"] else None,
-                                coefficients=doc)
-            except ValueError:
+                e = est.explain(model, key["op"], w, h, dtype=key["dtype"], backend=key["conv_backend"],
+                                allocator=key["allocator"], os=key["os"], tile=tile if key["tiled"] else None,
+                                frames=frames if video else 1, coefficients=doc)
+            except ValueError as err:
+                refused.setdefault(str(err), f"{est.group_id(key)} at {w}x{h}")
                 return "n/a"
             return f"{e.bytes / MIB:.0f}"
 
         table = Table("group", *[f"{w}x{h} before -> after MiB" for w, h in sizes], title=f"{old} -> {new}")
-        for gid in sorted(set(ga) | set(gb)):
-            table.add_row(gid, *[f"{price(a, ga.get(gid), w, h)} -> {price(b, gb.get(gid), w, h)}"
+        for gid in sorted(set(ka) | set(kb)):
+            table.add_row(gid, *[f"{price(a, ka.get(gid), w, h)} -> {price(b, kb.get(gid), w, h)}"
                                  for w, h in sizes])
         _console().print(table)
+        for reason, where in refused.items():
+            typer.echo(f"n/a: {reason} (first at {where})")
     except VaememError as e:
         _fail(e)
+
+
+def _priced_keys(doc: dict) -> dict[str, dict]:
+    """Group id -> key fields of every request ``diff`` prices in ``doc``: its measured groups, and each
+    architecture of each calibration on that calibration's platform."""
+    from vaemem import estimate as est
+
+    keys = {g["group"]: {k: g[k] for k in est.GROUP_KEYS} for g in doc["groups"]}
+    for c in doc.get("calibrations", []):
+        for arch in c["architectures"]:
+            key = {"architecture": arch, **{k: c[k] for k in est.PLATFORM_KEYS}}
+            keys.setdefault(est.group_id(key), key)
+    return keys
 
 
 def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os_: str | None,

@@ -275,7 +275,9 @@ def _check_structure(s: dict, where: str) -> None:
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
-        probes = [(t, k * t) for t in (16 * f, 32 * f, 64 * f) for k in (2, 4)]
+        tile_min = s.get("tile_min", 0)
+        _need(tile_min == 0 or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0", tile_min)
+        probes = [(t, k * t) for t in (16 * f, 32 * f, 64 * f) if t >= tile_min for k in (2, 4)]
         low = [(t, w) for t, w in probes if structure_bytes(s, w, w, 1, 1, t) <= 0]
         if low:
             t, w = low[0]
@@ -832,7 +834,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -869,6 +871,8 @@ class _Plan:
         structures = coef.get("structures", {})
         s = structures.get(structure_key(arch, op, dtype, tiled))
         self.cs = None if s is None else compile_structure(s)
+        # the smallest tile the tiled structure's dry runs had: below it the basis misses (64 px tiles: 0.81x)
+        self.tile_min = s.get("tile_min", 0) if s is not None and s["kind"] == "tiled" else 0
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
         self.up = None if s is None or s["kind"] == "tiled" or "upper" not in s else self.cs[8][1]  # type: ignore
         self.uterms: dict = {}  # frames -> frame_terms of its second area piece
@@ -943,6 +947,9 @@ class _Plan:
             problem = geometry_error(self.model, sf, w, h, t)  # type: ignore[arg-type]
             if problem:
                 raise ValueError(problem)
+            if t is not None and t < self.tile_min:  # type: ignore[operator]
+                raise ValueError(f"{self.model} is priced tiled from {self.tile_min} px tiles up (the smallest tile "
+                                 f"its dry-run structure was derived on), got {t}")
         if (f != 1 if self.image else (f - 1) % self.step):  # type: ignore[operator]
             raise ValueError(frames_error(self.model, None if self.image else self.step, f))
         kind = self.kind
@@ -1102,6 +1109,17 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
     return c, v
 
 
+def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
+    """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients)."""
+    text = f"{line['dry_factor']:.3f} x dry-run peak {dry / MIB:.0f} MiB"
+    if line.get("per_sample_factor"):
+        text += f" + {line['per_sample_factor']:.3f} x one sample's {dry1 / MIB:.0f} MiB"
+    if single_frame and (line.get("single_frame_factor") or line.get("single_frame_bytes")):
+        text += (f" + one-frame clip {line.get('single_frame_factor', 0.0):.3f} x dry-run peak + "
+                 f"{line.get('single_frame_bytes', 0) / MIB:.0f} MiB")
+    return text + f" + {line['base_bytes'] / MIB:.0f} MiB"
+
+
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,
             backend: str, allocator: str, os: str, batch: int = 1, frames: int = 1, tile: int | None = None,
             cast: str = "model", attention: str = "fused", slicing: bool = False,
@@ -1143,19 +1161,21 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             at_floor = resident and resident >= calibration_bytes(
                 {**line, "floor_bytes": 0, "small": None}, dry, dry / int(batch), plan.arch_video and int(frames) == 1,
                 int(width) * int(height))
+            single = plan.arch_video and int(frames) == 1
             reason = (f"measured on this platform ({own['n_points']} points{where}): "
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
-                         f"{line['dry_factor']:.3f} x " if at_floor else f"{line['dry_factor']:.3f} x ")
-                      + f"dry-run peak {dry / MIB:.0f} MiB")
+                         if at_floor else "") + _line_terms(line, dry, dry / int(batch), single))
             if dry > line["dry_bytes_max"]:
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,
                             pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
+        line = _line_at(calib["class"], dry, dry / int(batch), plan.arch_video and int(frames) == 1,
+                        int(width) * int(height))[0]
         reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
-                  f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}) at "
-                  f"dry-run peak {dry / MIB:.0f} MiB")
+                  f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}): "
+                  + _line_terms(line, dry, dry / int(batch), plan.arch_video and int(frames) == 1))
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":
         reason = "measured pixel line (no dry-run structure covers this request)" + note
@@ -1199,7 +1219,7 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
                  slicing: bool = False, coefficients: object = None) -> dict:
     """The largest spatial tile whose reservation fits ``budget_bytes``, among ``candidates`` (default
     :data:`TILE_CANDIDATES`; those that :func:`geometry_error` accepts: smaller than the image, multiples of the
-    model's spatial factor and larger than it).
+    model's spatial factor and larger than it; and no smaller than the tiled structure's ``tile_min``).
 
     Returns ``{"untiled_bytes", "untiled_fits", "tile" (None: none fits), "tile_bytes", "priced": {tile: bytes}}``.
     Tiling in time (frame chunks) is out of scope: a clip is tiled in space only, every frame at once."""
@@ -1212,10 +1232,12 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
         raise ValueError(f"candidates must be a list of tile sides in px, got {candidates!r}")
     tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
                    reverse=True)
+    tile_min = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
+                     attention, slicing).tile_min  # also refuses a model that cannot run tiled
     priced: dict = {}
     best = None
     for t in tiles:
-        if geometry_error(model, f, width, height, t):  # a tile that could not run is skipped, not priced
+        if t < tile_min or geometry_error(model, f, width, height, t):  # one that could not be priced is skipped
             continue
         priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
         if best is None and priced[t] <= budget:

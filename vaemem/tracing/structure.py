@@ -15,10 +15,12 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   the largest of the three sizes up 16x in area: at the sizes apps run a term the small sizes barely see can lead
   (HunyuanVideo's causal mask in encode, Mochi's and CogVideoX's convolutions), and one fit through 64-256 px
   under-priced them by up to a third.
-* Tiled (images), the peak is one tile's working set plus the decoded-tile store plus the output:
+* Tiled (images, decode and encode), the peak is one tile's working set plus the store of finished tiles plus the
+  output:
   ``peak = a * tile^2 + b * n_tiles * tile^2 + c * width * height + base``, with ``n_tiles`` the tiles the class's
-  loop visits (a latent stride of tile x (1 - overlap)). Tiled video is not structured (it is priced from its own
-  measured points only).
+  loop visits (a latent stride of tile x (1 - overlap)), fitted on tiles of 256-512 px; below 256 px it misses (64
+  px tiles: 0.81x), so it records ``tile_min`` and the estimator prices no smaller tile. Tiled video is not
+  structured (it is priced from its own measured points only).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
 * The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
@@ -107,7 +109,7 @@ def structured(name: str) -> list[tuple[str, str, bool, str]]:
     for op in spec.ops:
         for dtype in STRUCTURE_DTYPES:
             out.append((op, dtype, False, "fused"))
-            if op == "decode" and spec.kernel in TILED_MODELS_KINDS and not spec.tiled_refusal(op):
+            if spec.kernel in TILED_MODELS_KINDS and not spec.tiled_refusal(op):
                 out.append((op, dtype, True, "fused"))
             if op in ATTENTION_OPS[name]:
                 out.append((op, dtype, False, "math"))
@@ -205,7 +207,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     if tiled:
         rows = [est.tiled_features(w, h, t, f, 0.25) for w, h, _, t in wanted]
         coef = _solve(rows, [peaks[k] for k in wanted])
-        out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f,
+        out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f, "tile_min": min(t for *_, t in wanted),
                "coef": [round(c, 3) for c in coef]}
     else:
         knots = frame_knots(spec)
