@@ -130,6 +130,20 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
     assert "2.800 x dry-run peak 1536 MiB + 100 MiB" in e.reason
 
 
+def test_tiled_video_on_an_unmeasured_platform_is_priced_untiled():
+    """No tiled video structure exists: the fallback prices the untiled request (an upper bound: Wan 2.1's tiled
+    dry runs are 0.18-0.61x its untiled ones at 832x480), not the legacy rule with frames as pixels (9.6x it with
+    512 px tiles)."""
+    kw = dict(frames=81, dtype="bf16", backend="cudnn", allocator="native", os="linux")
+    untiled = est.working_memory_bytes("wan21", "decode", 832, 480, **kw)
+    for tile in (256, 512):
+        e = est.explain("wan21", "decode", 832, 480, tile=tile, **kw)
+        assert e.source == "fallback" and e.bytes == untiled and "priced untiled, an upper bound" in e.reason
+    legacy = est.legacy_bytes("decode", 832, 480, dtype="bf16", backend="cudnn", sd_family=False, frames=81,
+                              tile=512)
+    assert legacy > 9 * untiled  # what it was priced at before (9.6x)
+
+
 def test_the_reason_states_every_term_it_adds():
     """The packaged sd15 bf16 decode line has a per-sample term: the reason's terms add up to the price."""
     e = est.explain("sd15", "decode", 512, 512, batch=2, dtype="bf16", backend="onednn", allocator="glibc-fixed",

@@ -834,7 +834,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "untiled")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -900,7 +900,7 @@ class _Plan:
                                  f"bytes; refit it with `vaemem fit` to price slicing")
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
-        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = None
+        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = None
         self.arch_video = False
         if s is not None and self.calib is not None:
             self.kind = "calib"
@@ -922,6 +922,13 @@ class _Plan:
             raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
                              f"measured dtypes there: {', '.join(have)}")
         self.kind = "fallback"
+        # tiled video has no dry-run structure; its untiled price is an upper bound (tiling splits the work: Wan 2.1
+        # bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles and 2413 with 512 px ones at 17 and 33 frames,
+        # against 3894 and 3932 untiled), where the legacy rule would price the frames as pixels (9.6x untiled at 81
+        # frames with 512 px tiles)
+        if tiled and s is None and not self.image and structures.get(structure_key(arch, op, dtype, False)):
+            self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
+                                 slicing)
         ref = models.get(REFERENCE_MODEL)
         if ref is not None:
             rs = structures.get(structure_key(ref["architecture"], op, dtype, tiled))
@@ -969,6 +976,9 @@ class _Plan:
                                                                  " of one frame plus the decoded clip")
             return env + self.cast_bytes, env, None, 0, note, 0.0
         cs = self.cs
+        if cs is None and self.untiled is not None:  # tiled video: priced untiled, an upper bound
+            total, env, dry, floor, _, ref = self.untiled.price(w, h, b, f, None)
+            return total, env, dry, floor, "tiled video priced untiled", ref
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
             floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
             return floor + self.cast_bytes, 0, None, floor, "", 0.0
@@ -1190,6 +1200,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     else:
         reason = "platform not measured: legacy rule (no dry-run structure" + \
                  (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
+    if note:  # tiled video: no tiled structure, priced as the untiled request (an upper bound)
+        reason += "; tiled video has no dry-run structure: priced untiled, an upper bound"
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
