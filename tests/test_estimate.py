@@ -234,6 +234,10 @@ def test_fallback_never_prices_below_legacy():
     (dict(cast="half"), "unknown cast 'half'; choose one of: model, op"),
     (dict(width=True, height=7), "width must be a positive integer"),
     (dict(dtype="bf16"), "no coefficient line for dtype bf16 .* measured dtypes there: fp16"),
+    (dict(allocator="glibc"), "allocator glibc does not run with backend cudnn; a GPU backend takes one of: native"),
+    (dict(backend="onednn"), "allocator native does not run with backend onednn; a CPU backend takes one of: glibc"),
+    (dict(backend="onednn", allocator="system"), "allocator system is not the CPU allocator of os linux"),
+    (dict(backend="aten", allocator="glibc-fixed", os="windows"), "not the CPU allocator of os windows: system is"),
 ])
 def test_errors_are_value_errors_naming_the_valid_choices(kwargs, message):
     args = dict(model="sdxl", op="decode", width=1024, height=1024, dtype="fp16", backend="cudnn",

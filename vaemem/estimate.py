@@ -76,6 +76,8 @@ OPS = ("decode", "encode")
 BACKENDS = ("cudnn", "miopen", "onednn", "aten", "mps", "xpu")
 ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed", "system")
 OSES = ("linux", "windows", "darwin")
+CPU_BACKENDS = ("onednn", "aten")
+CPU_ALLOCATORS = ("glibc", "glibc-fixed", "system")  # glibc on Linux, the system's elsewhere (detect_allocator)
 ATTENTION = ("fused", "math")  # the attention path: a fused SDPA kernel, or the math path's score matrices
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
 # diffusers' CogVideoXSafeConv3d splits an input of more than 2^30 elements (it counts 2 bytes each: "2 GB") into
@@ -812,6 +814,14 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
     if cast not in CAST:
         raise ValueError(f"unknown cast {cast!r}; choose one of: {', '.join(CAST)}")
+    cpu = backend in CPU_BACKENDS
+    if (allocator in CPU_ALLOCATORS) != cpu:  # what detect_allocator can answer for this backend
+        raise ValueError(f"allocator {allocator} does not run with backend {backend}; "
+                         f"{'a CPU' if cpu else 'a GPU'} backend takes one of: "
+                         f"{', '.join(a for a in ALLOCATORS if (a in CPU_ALLOCATORS) == cpu)}")
+    if cpu and (allocator == "system") == (os == "linux"):
+        raise ValueError(f"allocator {allocator} is not the CPU allocator of os {os}: "
+                         f"{'glibc or glibc-fixed' if os == 'linux' else 'system'} is")
 
 
 def _check_op(op: str, dtype: str, attention: str) -> None:
@@ -1306,7 +1316,7 @@ def detect_allocator(backend: str, env: dict | None = None, os: str | None = Non
     ``expandable_segments:True`` / ``:False``, else ``native``. CPU on Linux: ``glibc-fixed`` when glibc's
     ``MALLOC_MMAP_THRESHOLD_`` is set, else ``glibc``; CPU elsewhere: ``system`` (not glibc; never measured)."""
     env = dict(_os.environ if env is None else env)
-    if backend in ("onednn", "aten"):
+    if backend in CPU_BACKENDS:
         if (os or os_key()) != "linux":
             return "system"
         return "glibc-fixed" if "MALLOC_MMAP_THRESHOLD_" in env else "glibc"
