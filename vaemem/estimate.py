@@ -929,8 +929,13 @@ class _Plan:
                       | {c["dtype"] for c in coef.get("calibrations", []) if arch in c["architectures"]
                          and all(c[k] == v for k, v in platform.items() if k != "architecture")})
         if have:
+            keys = [g for g in coef["groups"] if g["architecture"] == arch] + \
+                [c for c in coef.get("calibrations", []) if arch in c["architectures"]]
+            elsewhere = sorted({g["allocator"] for g in keys if g["dtype"] == dtype and g["op"] == op
+                                and g["conv_backend"] == backend and g["os"] == os and g["tiled"] == tiled})
             raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
-                             f"measured dtypes there: {', '.join(have)}")
+                             f"measured dtypes there: {', '.join(have)}"
+                             + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
         # tiled video has no dry-run structure; its untiled price is an upper bound (tiling splits the work: Wan 2.1
         # bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles and 2413 with 512 px ones at 17 and 33 frames,
