@@ -824,6 +824,16 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
                          f"{'glibc or glibc-fixed' if os == 'linux' else 'system'} is")
 
 
+def _model(coef: dict, model: object) -> dict:
+    """The file's entry of ``model``, or ValueError naming the models it knows."""
+    if not isinstance(model, str):
+        raise ValueError(f"model must be a string, got {model!r}")
+    m = coef["models"].get(model)
+    if m is None:
+        raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(coef['models']))}")
+    return m
+
+
 def _check_op(op: str, dtype: str, attention: str) -> None:
     """The op, dtype and attention path of a request name valid choices (pricing and :func:`dry_run_bytes`)."""
     for name, v in (("op", op), ("dtype", dtype), ("attention", attention)):
@@ -852,11 +862,7 @@ class _Plan:
         if type(slicing) is not bool:
             raise ValueError(f"slicing must be True or False, got {slicing!r}")
         models = coef["models"]
-        if not isinstance(model, str):
-            raise ValueError(f"model must be a string, got {model!r}")
-        if model not in models:
-            raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(models))}")
-        m = models[model]
+        m = _model(coef, model)
         if op not in m.get("ops", OPS):
             raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
         if tiled and op in m.get("refused_tiled", {}):
@@ -1077,9 +1083,7 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
         raise ValueError(f"slicing must be True or False, got {slicing!r}")
     _check_op(op, dtype, attention)
     coef = _doc(coef)
-    m = coef["models"].get(model) if isinstance(model, str) else None
-    if m is None:
-        raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(coef['models']))}")
+    m = _model(coef, model)
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     step = None if m["temporal_factor"] is None else (m.get("frame_step") or m["temporal_factor"])
