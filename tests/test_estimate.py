@@ -138,10 +138,16 @@ def test_tiled_video_on_an_unmeasured_platform_is_priced_untiled():
     untiled = est.working_memory_bytes("wan21", "decode", 832, 480, **kw)
     for tile in (256, 512):
         e = est.explain("wan21", "decode", 832, 480, tile=tile, **kw)
-        assert e.source == "fallback" and e.bytes == untiled and "priced untiled, an upper bound" in e.reason
+        assert e.source == "fallback" and e.bytes == untiled and "priced as the untiled request, an upper bound" in e.reason
     legacy = est.legacy_bytes("decode", 832, 480, dtype="bf16", backend="cudnn", sd_family=False, frames=81,
                               tile=512)
     assert legacy > 9 * untiled  # what it was priced at before (9.6x)
+    cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")  # untiled measured
+    whole = est.explain("hunyuanvideo", "decode", 512, 512, **cpu)
+    tiled = est.explain("hunyuanvideo", "decode", 512, 512, tile=256, **cpu)
+    assert (tiled.bytes, tiled.source, tiled.group) == (whole.bytes, "measured", whole.group)
+    assert tiled.reason == whole.reason + "; tiled video has no dry-run structure: priced as the untiled request, " \
+        "an upper bound"
 
 
 def test_the_reason_states_every_term_it_adds():

@@ -498,9 +498,9 @@ def diff(
     frames: int = typer.Option(1, help="frames of a video architecture's clip (1 + its step x k)"),
 ) -> None:
     """Reservations before and after, in MiB, at chosen resolutions (batch 1; tiled groups at --tile): every
-    measured group and every architecture a calibration holds, each priced by the estimator exactly as an app
-    would be. A cell the estimator refuses is n/a, and its reason is listed under the table."""
-    from rich.table import Table
+    measured group and every architecture a calibration holds in either file, each priced by both files exactly
+    as an app would be. A cell the estimator refuses is n/a, and its reason is listed under the table."""
+    from rich.table import Column, Table
 
     from vaemem import estimate as est
     from vaemem.fit.coefficients import read_coefficients
@@ -514,9 +514,7 @@ def diff(
         ka, kb = _priced_keys(a), _priced_keys(b)
         refused: dict[str, str] = {}
 
-        def price(doc: dict, key: dict | None, w: int, h: int) -> str:
-            if key is None:
-                return "-"
+        def price(doc: dict, key: dict, w: int, h: int) -> str:
             model = key["architecture"]
             video = doc["models"].get(model, {}).get("temporal_factor") is not None
             try:
@@ -528,10 +526,11 @@ def diff(
                 return "n/a"
             return f"{e.bytes / MIB:.0f}"
 
-        table = Table("group", *[f"{w}x{h} before -> after MiB" for w, h in sizes], title=f"{old} -> {new}")
+        table = Table(Column("group", overflow="fold"), *[f"{w}x{h} before -> after MiB" for w, h in sizes],
+                      title=f"{old} -> {new}")
         for gid in sorted(set(ka) | set(kb)):
-            table.add_row(gid, *[f"{price(a, ka.get(gid), w, h)} -> {price(b, kb.get(gid), w, h)}"
-                                 for w, h in sizes])
+            key = ka.get(gid) or kb[gid]  # a request one file measured, priced by both as an app would be
+            table.add_row(gid, *[f"{price(a, key, w, h)} -> {price(b, key, w, h)}" for w, h in sizes])
         _console().print(table)
         for reason, where in refused.items():
             typer.echo(f"n/a: {reason} (first at {where})")
@@ -566,22 +565,24 @@ def _assumed_platform(dtype: str, backend: str | None, allocator: str | None, os
         found = est.detect_platform(torch, dtype)
         backend = found["backend"]
         said.append(f"backend {backend} (detected: {found['device']})")
-        if allocator is None:
+        if allocator is None and os_ is None:  # the host's allocator belongs to the host's OS
             allocator = found["allocator"]
             said.append(f"allocator {allocator} (detected)")
         if attention is None:
             attention = found["attention"]
             said.append(f"attention {attention} (detected)")
 
-    os_ = os_ or est.os_key()
+    if os_ is None:
+        os_ = est.os_key()
+        said.append(f"os {os_} (this machine)")
     if allocator is None:
         allocator = est.detect_allocator(backend, os=os_)
         said.append(f"allocator {allocator} (from this environment)")
     if said and attention is None:
         said.append("attention fused")
     if said:
-        typer.echo("assumed " + ", ".join(said) + f", os {os_}; pass --backend/--allocator/--os/--attention to "
-                   "price another platform", err=True)
+        typer.echo("assumed " + ", ".join(said) + "; pass --backend/--allocator/--os/--attention to price another "
+                   "platform", err=True)
     return backend, allocator, os_, attention or "fused"
 
 

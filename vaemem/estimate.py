@@ -278,8 +278,10 @@ def _check_structure(s: dict, where: str) -> None:
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
         tile_min = s.get("tile_min", 0)
-        _need(tile_min == 0 or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0", tile_min)
-        probes = [(t, k * t) for t in (16 * f, 32 * f, 64 * f) if t >= tile_min for k in (2, 4)]
+        _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
+              tile_min)
+        probes = [(t, k * t) for t in ([t for t in (16 * f, 32 * f, 64 * f) if t >= tile_min] or [tile_min])
+                  for k in (2, 4)]
         low = [(t, w) for t, w in probes if structure_bytes(s, w, w, 1, 1, t) <= 0]
         if low:
             t, w = low[0]
@@ -926,6 +928,7 @@ class _Plan:
             return
         if self.group is not None:
             self.kind = "pixel"
+            self.tile_min = 0  # a measured pixel line prices its own tiles, not the structure's
             g = self.group
             self.pixel_line = (g["slope_bytes_per_pixel"], g.get("tile_slope_bytes_per_tile_pixel", 0.0),
                                g["base_bytes"], g.get("pixels_max"))
@@ -999,7 +1002,7 @@ class _Plan:
         cs = self.cs
         if cs is None and self.untiled is not None:  # tiled video: priced untiled, an upper bound
             total, env, dry, floor, _, ref = self.untiled.price(w, h, b, f, None)
-            return total, env, dry, floor, "tiled video priced untiled", ref
+            return total, env, dry, floor, "", ref
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
             floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
             return floor + self.cast_bytes, 0, None, floor, "", 0.0
@@ -1163,7 +1166,14 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     ``slicing``: diffusers' ``enable_slicing`` (a batch decoded one sample at a time)."""
     plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
                  attention, slicing)
-    total, env, dry, floor, note, ref = plan.price(width, height, batch, frames, tile)
+    total, env, dry, floor, note, ref = plan.price(width, height, batch, frames, tile)  # also checks the tile
+    if plan.untiled is not None and plan.cs is None:  # tiled video: the untiled request's estimate, said so
+        e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                    allocator=allocator, os=os, batch=batch, frames=frames, cast=cast, attention=attention,
+                    slicing=slicing, coefficients=coefficients)
+        return Estimate(e.bytes, e.source, e.group, e.reason + "; tiled video has no dry-run structure: priced as "
+                        "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
+                        e.pixels)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     cast_note = ""
     if attention == "math":
@@ -1202,8 +1212,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         line = _line_at(calib["class"], dry, dry / int(batch), plan.arch_video and int(frames) == 1,
                         int(width) * int(height))[0]
+        below = (f"; frames below {calib['class']['domain_min_frame_pixels']} px: the line of the points measured "
+                 f"there" if line is not calib["class"] else "")
         reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
-                  f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}): "
+                  f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _line_terms(line, dry, dry / int(batch), plan.arch_video and int(frames) == 1))
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":
@@ -1219,8 +1231,6 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     else:
         reason = "platform not measured: legacy rule (no dry-run structure" + \
                  (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
-    if note:  # tiled video: no tiled structure, priced as the untiled request (an upper bound)
-        reason += "; tiled video has no dry-run structure: priced untiled, an upper bound"
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 

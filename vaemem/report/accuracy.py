@@ -85,8 +85,11 @@ def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
             fitted = None
             req = request_of(pt, key)
             if gid in fitted_groups and req is not None:
-                fitted = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], coefficients=coef,
-                                          **req).bytes / p.demand_bytes
+                try:
+                    fitted = estimate.explain(pt["model"], key["op"], pt["width"], pt["height"], coefficients=coef,
+                                              **req).bytes / p.demand_bytes
+                except ValueError:  # a request the estimator refuses (a platform it deems impossible): no price
+                    fitted = None
             legacy, comfy = _rule_ratios(p, key, coef)
             out.append(PointRatios(gid, p.point_key, p.rig, p.pixels, p.demand_bytes, fitted,
                                    held.get(p.point_key + p.rig), legacy, comfy))
