@@ -74,19 +74,6 @@ def test_a_point_and_a_priced_request_refuse_the_same_sizes_and_tiles_alike():
         assert measured == priced, (w, h, tile)
 
 
-def test_a_cpu_point_off_linux_runs_with_the_system_allocator(monkeypatch):
-    """glibc's variables mean nothing off Linux, and the estimator refuses such a platform: a CPU point there takes
-    the system allocator, by default and as the only choice."""
-    from vaemem import estimate as est
-    from vaemem.measuring import point as pt
-
-    monkeypatch.setattr(est, "os_key", lambda platform=None: "windows")
-    assert pt.default_allocator("cpu") == "system" and pt.default_allocator("cuda:0") == "native"
-    assert validate(Point("tiny-kl", "decode", "fp32", 64, 64, allocator="system")).allocator == "system"
-    with pytest.raises(VaememError, match="allocator 'glibc-fixed' is not for cpu on windows; choose one of: system"):
-        validate(Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc-fixed"))
-
-
 def test_parse_res_and_shard():
     assert parse_res("512") == (512, 512) and parse_res("768x448") == (768, 448)
     for bad in ("", "x", "512x", "-5", "1.5"):

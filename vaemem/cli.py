@@ -361,7 +361,7 @@ def plan(
             raise VaememError(f"bad device {device!r}; choose one of: {', '.join(pt.DEVICE_TYPES)} (cuda:N too)")
         ops = op or list(pt.OPS)
         dtypes = dtype or (["fp32"] if kind == "cpu" else ["bf16"])
-        allocs = allocator or [pt.cpu_allocators()[-1] if kind == "cpu" else pt.default_allocator(device)]
+        allocs = allocator or [pt.default_allocator(device) if kind != "cpu" else "glibc-fixed"]
         for name, values, valid in (("op", ops, pt.OPS), ("dtype", dtypes, pt.DTYPES)):
             bad = [v for v in values if v not in valid]
             if bad:

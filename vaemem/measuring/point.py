@@ -12,13 +12,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem import estimate
 from vaemem.estimate import ATTENTION, geometry_error
 from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
 DTYPES = ("fp16", "bf16", "fp32")
-GPU_ALLOCATORS = tuple(a for a in estimate.ALLOCATORS if a not in estimate.CPU_ALLOCATORS)
+GPU_ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off")
+CPU_ALLOCATORS = ("glibc", "glibc-fixed")
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 CONV3D = ("native", "decomposed")
 DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
@@ -114,14 +114,8 @@ def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: o
         raise VaememError(f"slicing is true or false, got {slicing!r}")
 
 
-def cpu_allocators() -> tuple[str, ...]:
-    """The CPU allocators a point can run with on this machine: glibc's two on Linux, the system's elsewhere (the
-    estimator's platform rule: it refuses glibc off Linux)."""
-    return ("glibc", "glibc-fixed") if estimate.os_key() == "linux" else ("system",)
-
-
 def default_allocator(device: str) -> str:
-    return cpu_allocators()[0] if device.split(":")[0] == "cpu" else "native"
+    return "glibc" if device.split(":")[0] == "cpu" else "native"
 
 
 def parse_res(text: str) -> tuple[int, int]:
@@ -180,10 +174,9 @@ def validate(p: Point) -> Point:
         raise VaememError("slicing runs a batch one sample at a time: a sliced point needs batch > 1")
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
         raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
-    allowed = cpu_allocators() if p.device_type == "cpu" else GPU_ALLOCATORS
+    allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS
     if p.allocator not in allowed:
-        raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type} on {estimate.os_key()}; choose one "
-                          f"of: {', '.join(allowed)}")
+        raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type}; choose one of: {', '.join(allowed)}")
     return p
 
 
