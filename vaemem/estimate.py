@@ -785,6 +785,12 @@ def geometry_error(model: str, factor: int, width: int, height: int, tile: int |
     return None
 
 
+def frame_step(m: dict) -> int | None:
+    """The frame step of a model entry of the file (its clips are ``1 + step x k`` frames), None for an image
+    model."""
+    return None if m["temporal_factor"] is None else (m.get("frame_step") or m["temporal_factor"])
+
+
 def frames_error(model: str, step: int | None, frames: int) -> str | None:
     """What is wrong with ``frames`` for a model whose clips are ``1 + step x k`` frames (``step`` None: an image
     model), or None."""
@@ -872,7 +878,7 @@ class _Plan:
         self.model, self.m = model, m
         self.factor = m["spatial_factor"]
         self.image = m["temporal_factor"] is None
-        self.step = m.get("frame_step") or m["temporal_factor"]
+        self.step = frame_step(m)
         self.legacy = legacy_constants(op, dtype, backend, m["family"] == "sd")
         # the decoded clip a video decode must hold (the far-extrapolation floor of a pixel line): 3 x es per pixel
         self.clip_bytes = 0 if self.image or op != "decode" else 3 * ELEMENT_SIZE[dtype]
@@ -933,15 +939,15 @@ class _Plan:
             self.pixel_line = (g["slope_bytes_per_pixel"], g.get("tile_slope_bytes_per_tile_pixel", 0.0),
                                g["base_bytes"], g.get("pixels_max"))
             return
-        platform = {k: key[k] for k in ("architecture", "op", "conv_backend", "allocator", "os", "tiled")}
-        have = sorted({g["dtype"] for g in coef["groups"] if all(g[k] == v for k, v in platform.items())}
-                      | {c["dtype"] for c in coef.get("calibrations", []) if arch in c["architectures"]
-                         and all(c[k] == v for k, v in platform.items() if k != "architecture")})
+        lines = [g for g in coef["groups"] if g["architecture"] == arch] + \
+            [c for c in coef.get("calibrations", []) if arch in c["architectures"]]  # this architecture's lines
+
+        def measured(field: str) -> list:  # the values of ``field`` among its lines equal to key in all else
+            return sorted({g[field] for g in lines if all(g[k] == key[k] for k in PLATFORM_KEYS if k != field)})
+
+        have = measured("dtype")
         if have:
-            keys = [g for g in coef["groups"] if g["architecture"] == arch] + \
-                [c for c in coef.get("calibrations", []) if arch in c["architectures"]]
-            elsewhere = sorted({g["allocator"] for g in keys if g["dtype"] == dtype and g["op"] == op
-                                and g["conv_backend"] == backend and g["os"] == os and g["tiled"] == tiled})
+            elsewhere = measured("allocator")
             raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
@@ -982,7 +988,7 @@ class _Plan:
                 raise ValueError(f"{self.model} is priced tiled from {self.tile_min} px tiles up (the smallest tile "
                                  f"its dry-run structure was derived on), got {t}")
         if (f != 1 if self.image else (f - 1) % self.step):  # type: ignore[operator]
-            raise ValueError(frames_error(self.model, None if self.image else self.step, f))
+            raise ValueError(frames_error(self.model, self.step, f))
         kind = self.kind
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
@@ -1089,9 +1095,9 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     m = _model(coef, model)
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
-    step = None if m["temporal_factor"] is None else (m.get("frame_step") or m["temporal_factor"])
     problem = geometry_error(model, m["spatial_factor"], width, height,
-                             None if tile is None else _positive_int("tile", tile)) or frames_error(model, step, frames)
+                             None if tile is None else _positive_int("tile", tile)) or \
+        frames_error(model, frame_step(m), frames)
     if problem:
         raise ValueError(problem)
     return structure_peak_bytes(coef, model, op, width, height, dtype=dtype, batch=batch, frames=frames, tile=tile,

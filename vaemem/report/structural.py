@@ -188,12 +188,12 @@ def attention_paths(coef: dict[str, Any]) -> list[dict[str, Any]]:
         sizes = MATH_SIZES + ((MATH_CLIP,) if m["temporal_factor"] is not None else ())
         for op in m["attention_ops"]:
             for w, h, f in sizes:
-                step = m.get("frame_step") or m["temporal_factor"] or 1
-                if w % m["spatial_factor"] or h % m["spatial_factor"] or (f - 1) % step:
-                    continue
                 kw = dict(dtype="bf16", frames=f)
-                fused = estimate.dry_run_bytes(coef, name, op, w, h, **kw)
-                math = estimate.dry_run_bytes(coef, name, op, w, h, attention="math", **kw)
+                try:
+                    fused = estimate.dry_run_bytes(coef, name, op, w, h, **kw)
+                    math = estimate.dry_run_bytes(coef, name, op, w, h, attention="math", **kw)
+                except ValueError:  # a size or clip length this model cannot take
+                    continue
                 if fused is None or math is None:
                     continue
                 rows.append({"architecture": name, "op": op, "width": w, "height": h, "frames": f,
