@@ -130,18 +130,17 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
     assert "2.800 x dry-run peak 1536 MiB + 100 MiB" in e.reason
 
 
-def test_tiled_video_on_an_unmeasured_platform_is_priced_untiled():
-    """No tiled video structure exists: the fallback prices the untiled request (an upper bound: Wan 2.1's tiled
-    dry runs are 0.18-0.61x its untiled ones at 832x480), not the legacy rule with frames as pixels (9.6x it with
-    512 px tiles)."""
+def test_tiled_video_without_a_structure_is_priced_untiled():
+    """HunyuanVideo's tiling has no structure (it also tiles in time): the fallback prices the untiled request
+    (an upper bound), not the legacy rule with frames as pixels (several times it with 512 px tiles)."""
     kw = dict(frames=81, dtype="bf16", backend="cudnn", allocator="native", os="linux")
-    untiled = est.working_memory_bytes("wan21", "decode", 832, 480, **kw)
+    untiled = est.working_memory_bytes("hunyuanvideo", "decode", 832, 480, **kw)
     for tile in (256, 512):
-        e = est.explain("wan21", "decode", 832, 480, tile=tile, **kw)
+        e = est.explain("hunyuanvideo", "decode", 832, 480, tile=tile, **kw)
         assert e.source == "fallback" and e.bytes == untiled and "priced as the untiled request, an upper bound" in e.reason
     legacy = est.legacy_bytes("decode", 832, 480, dtype="bf16", backend="cudnn", sd_family=False, frames=81,
                               tile=512)
-    assert legacy > 9 * untiled  # what it was priced at before (9.6x)
+    assert legacy > 2 * untiled  # what it was priced at before (2.6x)
     cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")  # untiled measured
     whole = est.explain("hunyuanvideo", "decode", 512, 512, **cpu)
     tiled = est.explain("hunyuanvideo", "decode", 512, 512, tile=256, **cpu)
@@ -204,10 +203,24 @@ def test_structure_is_linear_between_knots_and_extrapolates_the_last_segment():
     assert est.structure_bytes(s, 10, 10, 1, 1, None) == 10 * 100 + 100**2 + 100
 
 
-def test_tiled_features_count_the_tiles_diffusers_visits():
-    # 1024 px, 256 px tiles, factor 8, overlap 0.25: latent 128 stepped by int(32 * 0.75) = 24 -> 6 per side
-    assert est.tiled_features(1024, 1024, 256, 8, 0.25) == [256.0**2, 36 * 256.0**2, 1024.0**2, 1.0]
-    assert est.tiled_features(1024, 512, 512, 8, 0.25)[1] == 3 * 2 * 512.0**2
+def test_the_tiles_are_cut_as_diffusers_loops_cut_them():
+    # 1024 px, 256 px tiles, factor 8, overlap 0.25: latent 128 stepped by int(32 * 0.75) = 24 from 0 to 120,
+    # five whole tiles and one of the 8 latent px left
+    assert est.tile_sides(1024, 1024, 256, 8, 0.25) == ([256] * 5 + [64], [256] * 5 + [64])
+    assert est.tile_sides(1024, 512, 512, 8, 0.25) == ([512, 128], [512, 512, 256])  # stride 48 latent px
+
+
+def test_the_tiled_peak_is_at_the_tile_whose_working_set_on_top_of_the_store_is_largest():
+    # rows [512, 128] x columns [512, 512, 256] in order: areas 262144, 262144, 131072, 65536, 65536, 32768
+    areas = [262144, 262144, 131072, 65536, 65536, 32768]
+    stored = [sum(areas[:k]) for k in range(6)]
+    for a, s in ((1000.0, 1.0), (10.0, 1.0), (1.0, 100.0)):
+        v = [a * x + s * y for x, y in zip(areas, stored)]
+        k = v.index(max(v))
+        assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, a, s) == (areas[k], stored[k])
+    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1000.0, 1.0)[0] == 262144  # the second whole tile:
+    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1000.0, 1.0)[1] == 262144  # the first is stored
+    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1.0, 100.0) == (32768, sum(areas[:5]))  # the last
 
 
 def test_fallback_never_prices_below_legacy():
@@ -354,7 +367,12 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "sd15/decode/fp32/untiled", "knots"), [5, 1], "knots must be increasing positive integers"),
     (("structures", "sd15/decode/fp32/untiled", "bytes_per_pixel"), [-1.0], "bytes_per_pixel must be non-negative"),
     (("structures", "sd15/decode/fp32/untiled", "base_bytes"), [-1e15], "prices 64x64 x 1 frames at zero or less"),
-    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "with 256 px tiles at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[0, 0, -1]], "with 256 px tiles at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, -1], "coef must be 1 lists (one per knot)"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[-1, 0, 1e9]], "bytes per tile pixel >= 0"),
+    (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "pixel", 'stride_rule must be "latent" or "sample"'),
+    (("structures", "wan21/decode/bf16/tiled", "knots"), [1, 5], "coef must be 2 lists (one per knot)"),
+    (("structures", "wan21/decode/bf16/tiled", "coef", -1), [0, 0, -1], "x 33 frames with 256 px tiles at zero"),
     (("structures", "sd15/decode/fp32/tiled", "tile_min"), -256, "tile_min must be an int > 0"),
     (("structures", "sd15/decode/fp32/tiled", "kind"), "cubic", 'kind must be "frames" or "tiled"'),
     (("groups",), {}, "lacks groups"),

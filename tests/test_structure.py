@@ -46,6 +46,8 @@ def committed_structures():
     ("flux2", "encode", "bf16", 1536, 1024, 1, 1, 384),   # tiled encode, a size the grid never traced
     ("cogview4", "encode", "fp32", 1280, 768, 1, 1, 448),
     ("mochi", "decode", "bf16", 832, 480, 37, 1, None),   # the second area piece (it was 0.74x with one fit)
+    ("wan21", "decode", "bf16", 832, 480, 21, 1, 256),    # tiled video: a size, tile and clip the grid never traced
+    ("wan22", "decode", "fp32", 1280, 704, 9, 1, 448),
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
                                                                    frames, batch, tile):
@@ -199,6 +201,32 @@ def test_a_math_structure_reproduces_fresh_math_dry_runs(name, op, frames, w, h)
     priced = est.structure_peak_bytes(doc, name, op, w, h, dtype="fp32", frames=frames, attention="math")
     assert priced == pytest.approx(fresh, rel=0.01)
     assert est.structure_peak_bytes(doc, name, op, w, h, dtype="fp32", frames=frames) <= priced
+
+
+def test_a_tiled_video_structure_recovers_its_basis_at_every_frame_knot():
+    """Known answer: dry-run peaks built from per-knot coefficients of the tiled basis (Wan 2.1's knots, 1-33
+    frames) are recovered at each knot; between knots the value is linear in frames, past the last along the last
+    segment."""
+    truth = {f: [3000.0 + 40 * f, 6.0 * f, 1e6 * (1 + f)] for f in (1, 5, 9, 13, 17, 33)}
+    entries = []
+    for g in grid("wan21", "decode", "bf16", True):
+        a, s = truth[g.frames][:2]
+        area, stored = est.tiled_peak_terms(g.width, g.height, g.tile, 8, 0.25, a, s)
+        entries.append({"spec": g.to_dict(), "peak_bytes": a * area + s * stored + truth[g.frames][2],
+                        "output_bytes": None})
+    s = derive(entries, "wan21", "decode", "bf16", True)
+    assert s["knots"] == [1, 5, 9, 13, 17, 33] and s["tile_min"] == 256 and s["max_rel_error_in_sample"] < 1e-6
+    for fr, coef in zip(s["knots"], s["coef"]):
+        assert coef == pytest.approx(truth[fr], rel=1e-6, abs=1e-3)
+
+    def at(frames, batch=1):  # the truth with the coefficients linear in frames
+        a, s_, base = (3000.0 + 40 * frames, 6.0 * frames, 1e6 * (1 + frames))
+        area, stored = est.tiled_peak_terms(1024, 768, 384, 8, 0.25, a, s_)
+        return batch * (a * area + s_ * stored + base)
+
+    for frames in (17, 25, 33, 49):  # between knots and past the last
+        assert est.structure_bytes(s, 1024, 768, 1, frames, 384) == pytest.approx(at(frames), rel=1e-6)
+    assert est.structure_bytes(s, 1024, 768, 2, 25, 384) == pytest.approx(at(25, 2), rel=1e-6)
 
 
 def test_a_structure_needs_its_whole_grid():

@@ -25,7 +25,7 @@ dry-run peak) get a line of their own, ``small``, which prices the requests belo
 order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
-    (or, where no structure covers the request, e.g. tiled video, its measured pixel line
+    (or, where no structure covers the request, e.g. most tiled video, its measured pixel line
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
@@ -270,22 +270,30 @@ def _check_line(line: dict, where: str, small: bool = False) -> None:
 def _check_structure(s: dict, where: str) -> None:
     kind = _field(s, "kind", where, "str")
     if kind == "tiled":
-        _need("split" not in s, f"{where}.split", "absent on a tiled structure (tiled video is not structured)",
-              "present")
+        _need("split" not in s, f"{where}.split", "absent on a tiled structure", "present")
+        knots = _field(s, "knots", where, "list")
+        _need(bool(knots) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in knots)
+              and knots == sorted(set(knots)), f"{where}.knots", "increasing positive integers", knots)
         coef = _field(s, "coef", where, "list")
-        _need(len(coef) == 4 and all(_num(c) for c in coef), f"{where}.coef", "4 numbers", coef)
+        _need(len(coef) == len(knots) and all(isinstance(k, list) and len(k) == 3 and all(_num(c) for c in k)
+                                              and k[0] >= 0 and k[1] >= 0 for k in coef), f"{where}.coef",
+              f"{len(knots)} lists (one per knot) of [bytes per tile pixel >= 0, per stored pixel >= 0, base bytes]",
+              coef)
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
+        rule = _field(s, "stride_rule", where, "str")
+        _need(rule in ("latent", "sample"), f"{where}.stride_rule", '"latent" or "sample"', rule)
         tile_min = s.get("tile_min", 0)
         _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
               tile_min)
         probes = [(t, k * t) for t in ([t for t in (16 * f, 32 * f, 64 * f) if t >= tile_min] or [tile_min])
                   for k in (2, 4)]
-        low = [(t, w) for t, w in probes if structure_bytes(s, w, w, 1, 1, t) <= 0]
+        low = [(t, w, k) for k in knots for t, w in probes if structure_bytes(s, w, w, 1, k, t) <= 0]
         if low:
-            t, w = low[0]
-            raise ValueError(f"{where} prices a {w}x{w} request with {t} px tiles at zero or less")
+            t, w, k = low[0]
+            raise ValueError(f"{where} prices a {w}x{w} request" + (f" x {k} frames" if k > 1 else "")
+                             + f" with {t} px tiles at zero or less")
         return
     _need(kind == "frames", f"{where}.kind", '"frames" or "tiled"', kind)
     knots = _field(s, "knots", where, "list")
@@ -465,23 +473,50 @@ def _index(data: dict) -> None:
     data["_valid"] = _VALID
 
 
-def tiles_visited(width: int, height: int, tile: int, factor: int, overlap: float) -> int:
-    """Tiles diffusers' loops visit: they step through the latent by int(tile / factor x (1 - overlap)) along
-    each side."""
-    stride = int(tile // factor * (1 - overlap)) or 1
-    return -(-(height // factor) // stride) * -(-(width // factor) // stride)
+def sample_stride(tile: int, factor: int, overlap: float) -> int:
+    """The stride in sample px vaemem gives a class that takes one: ``tile`` minus the overlap rounded down to the
+    spatial factor, at least one factor (:func:`vaemem.models.build.configure_tiling` sets it)."""
+    return tile - max(factor, int(tile * overlap) // factor * factor)
 
 
-def tiled_features(width: int, height: int, tile: int, factor: int, overlap: float) -> list[float]:
-    """Basis of a tiled dry run: [tile^2, tiles visited x tile^2, width x height, 1]."""
-    n = tiles_visited(width, height, tile, factor, overlap)
-    return [float(tile * tile), float(n * tile * tile), float(width * height), 1.0]
+def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
+               stride_rule: str = "latent") -> tuple[list[int], list[int]]:
+    """(heights of the tile rows, widths of the tile columns) in sample pixels, as diffusers' loops cut the latent,
+    each tile ``tile`` px or what is left at the edge. The step: int(tile / factor x (1 - overlap)) latent px
+    (``stride_rule`` "latent": classes that take an overlap factor), or tile minus the overlap rounded down to the
+    factor (at least one factor), in sample px ("sample": classes given a stride). They differ where the overlap is
+    no whole latent pixel (320 px tiles at factor 32: a step of 7 latent px against 8)."""
+    lt = tile // factor
+    if stride_rule == "latent":
+        stride = int(lt * (1 - overlap)) or 1
+    else:
+        stride = sample_stride(tile, factor, overlap) // factor or 1
+    hl, wl = height // factor, width // factor
+    return ([min(lt, hl - i) * factor for i in range(0, hl, stride)],
+            [min(lt, wl - j) * factor for j in range(0, wl, stride)])
+
+
+def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: float, a: float,
+                     b: float, stride_rule: str = "latent") -> tuple[float, float]:
+    """(its area, the area stored before it) in sample pixels of the tile where ``a x area + b x stored`` is
+    largest, over the tiles in diffusers' order (rows, then columns): a tile's working set grows with its own area,
+    and every finished tile is kept until the blend. Ties go to the first such tile."""
+    rows, cols = tile_sides(width, height, tile, factor, overlap, stride_rule)
+    best, best_v, stored = (0.0, 0.0), float("-inf"), 0.0
+    for r in rows:
+        for c in cols:
+            v = a * r * c + b * stored
+            if v > best_v:
+                best, best_v = (float(r * c), stored), v
+            stored += r * c
+    return best
 
 
 def compile_structure(s: dict) -> tuple:
     """A structure as a tuple for :func:`structure_eval` (no dict lookups on the hot path)."""
     if s["kind"] == "tiled":
-        return (True, tuple(s["coef"]), s["spatial_factor"], s["overlap"])
+        return (True, tuple(s["knots"]), tuple(tuple(k) for k in s["coef"]), s["spatial_factor"], s["overlap"],
+                s["stride_rule"])
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
@@ -635,10 +670,14 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     """The dry-run peak of a compiled structure (see :func:`structure_bytes`); ``terms`` and ``uterms``: the
     :func:`frame_terms` at ``frames`` of its piece and of its second area piece, when the caller has them."""
     if c[0]:
-        k = c[1]
-        n = tiles_visited(width, height, tile, c[2], c[3])  # type: ignore[arg-type]
-        t2 = tile * tile  # type: ignore[operator]
-        return batch * (k[0] * t2 + k[1] * n * t2 + k[2] * width * height + k[3])
+        i, u = _segment(c[1], frames)  # a clip's coefficients: linear between knots, past the last along the last
+        k = c[2][i]
+        if i:
+            p = c[2][i - 1]
+            k = tuple(x + (y - x) * u for x, y in zip(p, k))
+        area, stored = tiled_peak_terms(width, height, tile, c[3], c[4], k[0], k[1], c[5])  # type: ignore[arg-type]
+        v = batch * (k[0] * area + k[1] * stored + k[2])
+        return v if v > 0 else 0.0
     area = width * height
     up = c[8]
     if up is not None and area > up[0]:  # the second area piece (a video model's large frames)
@@ -682,8 +721,10 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
     """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
     base given at frame knots, linear between them and extrapolated along the last segment past the last
-    knot (by then the growth is the output clip's). Tiled: ``[tile^2, tiles visited x tile^2, width x height, 1]``
-    against its four coefficients. Batch multiplies the whole (dry runs scale exactly with batch)."""
+    knot (by then the growth is the output clip's). Tiled: diffusers' loop, ``max over tiles (a x its area +
+    s x the area of the tiles finished before it) + base`` (:func:`tiled_peak_terms`), with (a, s, base) per frame
+    knot (an image: one knot), linear in frames between knots and extrapolated along the last segment. Batch
+    multiplies the whole (dry runs scale exactly with batch)."""
     return structure_eval(compile_structure(s), width, height, batch, frames, tile)
 
 
@@ -952,10 +993,10 @@ class _Plan:
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
-        # tiled video has no dry-run structure; its untiled price is an upper bound (tiling splits the work: Wan 2.1
-        # bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles and 2413 with 512 px ones at 17 and 33 frames,
-        # against 3894 and 3932 untiled), where the legacy rule would price the frames as pixels (9.6x untiled at 81
-        # frames with 512 px tiles)
+        # tiled video without a dry-run structure (all but Wan's decode): its untiled price is an upper bound
+        # (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles and 2413 with
+        # 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would price the
+        # frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
         if tiled and s is None and not self.image and structures.get(structure_key(arch, op, dtype, False)):
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
@@ -1006,7 +1047,7 @@ class _Plan:
                                                                  " of one frame plus the decoded clip")
             return env + self.cast_bytes, env, None, 0, note, 0.0
         cs = self.cs
-        if cs is None and self.untiled is not None:  # tiled video: priced untiled, an upper bound
+        if cs is None and self.untiled is not None:  # unstructured tiled video: priced untiled, an upper bound
             total, env, dry, floor, _, ref = self.untiled.price(w, h, b, f, None)
             return total, env, dry, floor, "", ref
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
@@ -1084,7 +1125,8 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (tiled video, an architecture never dry-run). ``coef``: what ``coefficients=``
+    structure covers the request (tiled video but Wan's decode, an architecture never dry-run, a tile below the
+    structure's ``tile_min``). ``coef``: what ``coefficients=``
     takes elsewhere (None: the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
     outputs. A request no model could run raises ValueError."""
@@ -1116,8 +1158,9 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
     u = structures.get(structure_key(arch, op, dtype, False))
     a = structures.get(structure_key(arch, op, dtype, False, "math")) if attention == "math" else None
     if s is None or (slicing and batch > 1 and not (u and u.get("output_bytes_per_pixel"))) or \
-            (attention == "math" and a is None and op in m.get("attention_ops", OPS)):
-        return None  # as the estimator: no structure covers this request
+            (attention == "math" and a is None and op in m.get("attention_ops", OPS)) or \
+            (tile is not None and tile < s.get("tile_min", 0)):
+        return None  # as the estimator: no structure covers this request (nor a tile below its tiled basis)
     return _dry_peak(compile_structure(s), None if a is None else compile_structure(a),
                      compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
                      width, height, batch, frames, tile)[0]
@@ -1173,7 +1216,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
                  attention, slicing)
     total, env, dry, floor, note, ref = plan.price(width, height, batch, frames, tile)  # also checks the tile
-    if plan.untiled is not None and plan.cs is None:  # tiled video: the untiled request's estimate, said so
+    if plan.untiled is not None and plan.cs is None:  # unstructured tiled video: the untiled estimate, said so
         e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                     allocator=allocator, os=os, batch=batch, frames=frames, cast=cast, attention=attention,
                     slicing=slicing, coefficients=coefficients)
@@ -1225,7 +1268,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                   + _line_terms(line, dry, dry / int(batch), plan.arch_video and int(frames) == 1))
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":
-        reason = "measured pixel line (no dry-run structure covers this request)" + note
+        reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
+                  "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
+        reason += note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if ref:  # the fallback scaled by the dry runs
         ratio = dry / ref

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vaemem.estimate import sample_stride
 from vaemem.models.zoo import ModelSpec, get_spec
 
 DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -149,8 +150,8 @@ def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overla
     if not 0.0 <= overlap < 1.0:
         raise ValueError(f"tile overlap is a fraction in [0, 1), got {overlap}")
     f = spec.spatial_factor
-    overlap_px = max(f, int(tile * overlap) // f * f)
-    stride = tile - overlap_px
+    stride = sample_stride(tile, f, overlap)
+    overlap_px = tile - stride
     cls = spec.class_name
     if cls in ("AutoencoderKL", "AutoencoderKLFlux2"):
         model.use_tiling = True

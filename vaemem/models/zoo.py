@@ -282,6 +282,14 @@ class ModelSpec:
         """Why this model cannot run ``op`` in vaemem, or None if it can."""
         return dict(self.info.refused_ops).get(op)
 
+    @property
+    def tile_stride_rule(self) -> str:
+        """How its diffusers class steps through the latent when tiled (:func:`vaemem.estimate.tile_sides`):
+        "latent" where it takes an overlap factor (a stride of int(tile / factor x (1 - overlap)) latent px), else
+        "sample" (:func:`vaemem.models.build.configure_tiling` gives it a stride in sample px, the overlap rounded
+        down to the factor)."""
+        return "latent" if self.class_name in LATENT_STRIDE_CLASSES else "sample"
+
     def tiled_refusal(self, op: str) -> str | None:
         """Why this model's tiled ``op`` cannot run, or None if it can."""
         return dict(self.info.refused_tiled_ops).get(op)
@@ -299,6 +307,11 @@ class ModelSpec:
     def latent_frames(self, frames: int) -> int:
         """Latent frames of a clip of ``frames`` sample frames (1 for an image model)."""
         return (frames - 1) // self.temporal_factor + 1 if self.temporal_factor else 1
+
+
+# The classes whose tiling takes an overlap factor and steps by it in latent pixels (the others take a stride)
+LATENT_STRIDE_CLASSES = ("AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLHunyuanImage",
+                         "AutoencoderKLCogVideoX", "AutoencoderKLHunyuanVideo15")
 
 
 def _geometry(cfg: dict[str, Any]) -> tuple[int, int, int | None]:
