@@ -46,8 +46,10 @@ def committed_structures():
     ("flux2", "encode", "bf16", 1536, 1024, 1, 1, 384),   # tiled encode, a size the grid never traced
     ("cogview4", "encode", "fp32", 1280, 768, 1, 1, 448),
     ("mochi", "decode", "bf16", 832, 480, 37, 1, None),   # the second area piece (it was 0.74x with one fit)
-    ("wan21", "decode", "bf16", 832, 480, 21, 1, 256),    # tiled video: a size, tile and clip the grid never traced
-    ("wan22", "decode", "fp32", 1280, 704, 9, 1, 448),
+    ("wan21", "decode", "bf16", 640, 384, 13, 1, 256),    # tiled video: a size, tile and clip the grid never traced
+    pytest.param("wan21", "decode", "bf16", 832, 480, 21, 1, 256, marks=pytest.mark.slow),
+    pytest.param("wan21", "decode", "fp32", 768, 512, 33, 1, 320, marks=pytest.mark.slow),  # past the last knot
+    pytest.param("wan22", "decode", "fp32", 1280, 704, 9, 1, 448, marks=pytest.mark.slow),
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
                                                                    frames, batch, tile):
@@ -204,10 +206,10 @@ def test_a_math_structure_reproduces_fresh_math_dry_runs(name, op, frames, w, h)
 
 
 def test_a_tiled_video_structure_recovers_its_basis_at_every_frame_knot():
-    """Known answer: dry-run peaks built from per-knot coefficients of the tiled basis (Wan 2.1's knots, 1-33
+    """Known answer: dry-run peaks built from per-knot coefficients of the tiled basis (Wan 2.1's knots, 1-17
     frames) are recovered at each knot; between knots the value is linear in frames, past the last along the last
     segment."""
-    truth = {f: [3000.0 + 40 * f, 6.0 * f, 1e6 * (1 + f)] for f in (1, 5, 9, 13, 17, 33)}
+    truth = {f: [3000.0 + 40 * f, 6.0 * f, 1e6 * (1 + f)] for f in (1, 5, 9, 17)}
     entries = []
     for g in grid("wan21", "decode", "bf16", True):
         a, s = truth[g.frames][:2]
@@ -215,7 +217,7 @@ def test_a_tiled_video_structure_recovers_its_basis_at_every_frame_knot():
         entries.append({"spec": g.to_dict(), "peak_bytes": a * area + s * stored + truth[g.frames][2],
                         "output_bytes": None})
     s = derive(entries, "wan21", "decode", "bf16", True)
-    assert s["knots"] == [1, 5, 9, 13, 17, 33] and s["tile_min"] == 256 and s["max_rel_error_in_sample"] < 1e-6
+    assert s["knots"] == [1, 5, 9, 17] and s["tile_min"] == 256 and s["max_rel_error_in_sample"] < 1e-6
     for fr, coef in zip(s["knots"], s["coef"]):
         assert coef == pytest.approx(truth[fr], rel=1e-6, abs=1e-3)
 
@@ -224,9 +226,9 @@ def test_a_tiled_video_structure_recovers_its_basis_at_every_frame_knot():
         area, stored = est.tiled_peak_terms(1024, 768, 384, 8, 0.25, a, s_)
         return batch * (a * area + s_ * stored + base)
 
-    for frames in (17, 25, 33, 49):  # between knots and past the last
+    for frames in (9, 13, 17, 33):  # between knots and past the last
         assert est.structure_bytes(s, 1024, 768, 1, frames, 384) == pytest.approx(at(frames), rel=1e-6)
-    assert est.structure_bytes(s, 1024, 768, 2, 25, 384) == pytest.approx(at(25, 2), rel=1e-6)
+    assert est.structure_bytes(s, 1024, 768, 2, 13, 384) == pytest.approx(at(13, 2), rel=1e-6)
 
 
 def test_a_structure_needs_its_whole_grid():
@@ -358,12 +360,20 @@ def test_the_math_path_is_refused_where_it_cannot_be_priced(tmp_path):
         est.working_memory_bytes("sd15", "decode", 512, 512, attention="math", **kw)
     with pytest.raises(ValueError, match="no math-attention dry-run structure of tiny-kl decode"):
         est.working_memory_bytes("tiny-kl", "decode", 256, 256, attention="math", **GPU)
-    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=PACKAGED)
-    # a measured pixel line (tiled video) cannot hold score matrices: the tile's attention peak is added on top
+    # a measured pixel line (Wan 2.1's tiled decode, as campaign 2's 64 px tiles gave one) cannot hold score
+    # matrices: the tile's attention peak is added on top
+    doc = json.loads(PACKAGED.read_text())
+    doc["calibrations"] = [c for c in doc["calibrations"] if c["calibration"] != "conv3d/onednn/glibc-fixed/fp32/"
+                           "linux/decode/tiled"]
+    key = {"architecture": "wan21", "op": "decode", "conv_backend": "onednn", "allocator": "glibc-fixed",
+           "dtype": "fp32", "os": "linux", "tiled": True}
+    doc["groups"].append({**doc["groups"][0], **key, "group": est.group_id(key), "slope_bytes_per_pixel": 100.0,
+                          "tile_slope_bytes_per_tile_pixel": 0.0, "base_bytes": 150 * MIB})
+    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=doc)
     fused = est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, **cpu)
     math = est.explain("wan21", "decode", 256, 256, frames=5, tile=128, attention="math", **cpu)
-    doc = est.load(PACKAGED)
     attn = est.structure_bytes(doc["structures"]["wan21/decode/fp32/untiled/math"], 128, 128, 1, 5, None)
+    assert math.source == "measured" and "pixel line" in math.reason
     assert math.bytes == fused + int(attn) and "added on top" in math.reason
 
 
