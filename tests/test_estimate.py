@@ -208,6 +208,12 @@ def test_the_tiles_are_cut_as_diffusers_loops_cut_them():
     # five whole tiles and one of the 8 latent px left
     assert est.tile_sides(1024, 1024, 256, 8, 0.25) == ([256] * 5 + [64], [256] * 5 + [64])
     assert est.tile_sides(1024, 512, 512, 8, 0.25) == ([512, 128], [512, 512, 256])  # stride 48 latent px
+    # an encode of those classes steps int(296 x 0.75) = 222 sample px: 5 rows, the last 200 px (diffusers'
+    # AutoencoderKL._tiled_encode); the latent rule would step 27 latent px = 216
+    assert est.tile_sides(1088, 1088, 296, 8, 0.25, "pixel")[0] == [296, 296, 296, 296, 200]
+    assert len(est.tile_sides(1088, 1088, 296, 8, 0.25, "latent")[0]) == 6
+    # DC-AE (given a stride) with 320 px tiles at factor 32: the overlap 80 px rounds down to 64, a step of 256
+    assert est.tile_sides(1024, 1024, 320, 32, 0.25, "sample")[0] == [320, 320, 320, 256]
 
 
 def test_the_tiled_peak_is_at_the_tile_whose_working_set_on_top_of_the_store_is_largest():
@@ -217,10 +223,10 @@ def test_the_tiled_peak_is_at_the_tile_whose_working_set_on_top_of_the_store_is_
     for a, s in ((1000.0, 1.0), (10.0, 1.0), (1.0, 100.0)):
         v = [a * x + s * y for x, y in zip(areas, stored)]
         k = v.index(max(v))
-        assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, a, s) == (areas[k], stored[k])
-    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1000.0, 1.0)[0] == 262144  # the second whole tile:
-    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1000.0, 1.0)[1] == 262144  # the first is stored
-    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1.0, 100.0) == (32768, sum(areas[:5]))  # the last
+        assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, a, s) == (areas[k], stored[k], sum(areas))
+    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1000.0, 1.0)[:2] == (262144, 262144)  # the second whole
+    # tile, with the first stored; the last tile
+    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1.0, 100.0) == (32768, sum(areas[:5]), sum(areas))
 
 
 def test_fallback_never_prices_below_legacy():
@@ -385,12 +391,13 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "sd15/decode/fp32/untiled", "knots"), [5, 1], "knots must be increasing positive integers"),
     (("structures", "sd15/decode/fp32/untiled", "bytes_per_pixel"), [-1.0], "bytes_per_pixel must be non-negative"),
     (("structures", "sd15/decode/fp32/untiled", "base_bytes"), [-1e15], "prices 64x64 x 1 frames at zero or less"),
-    (("structures", "sd15/decode/fp32/tiled", "coef"), [[0, 0, -1]], "with 256 px tiles at zero or less"),
-    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, -1], "coef must be 1 lists (one per knot)"),
-    (("structures", "sd15/decode/fp32/tiled", "coef"), [[-1, 0, 1e9]], "bytes per tile pixel >= 0"),
-    (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "pixel", 'stride_rule must be "latent" or "sample"'),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[0, 0, 0, -1]], "with 256 px tiles at zero or less"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "coef must be 1 lists (one per knot)"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[-1, 0, 0, 1e9]], "bytes per tile pixel >= 0"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[3072, 12, 24, 0, 0]], "per output pixel in the assembly"),
+    (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "px", 'stride_rule must be "latent", "pixel" or "sample"'),
     (("structures", "wan21/decode/bf16/tiled", "knots"), [1, 5], "coef must be 2 lists (one per knot)"),
-    (("structures", "wan21/decode/bf16/tiled", "coef", -1), [0, 0, -1], "x 17 frames with 256 px tiles at zero"),
+    (("structures", "wan21/decode/bf16/tiled", "coef", -1), [0, 0, 0, -1], "x 17 frames with 256 px tiles at zero"),
     (("structures", "sd15/decode/fp32/tiled", "tile_min"), -256, "tile_min must be an int > 0"),
     (("structures", "sd15/decode/fp32/tiled", "kind"), "cubic", 'kind must be "frames" or "tiled"'),
     (("groups",), {}, "lacks groups"),

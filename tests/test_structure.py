@@ -43,6 +43,7 @@ def committed_structures():
     ("hunyuanvideo", "decode", "fp32", 320, 192, 25, 1, None),
     ("ltx-video", "decode", "bf16", 768, 512, 41, 1, None),
     ("sd15", "decode", "fp32", 1024, 1024, 1, 1, 448),   # a tile size the grid never traced
+    ("sd15", "decode", "bf16", 4096, 2048, 1, 1, 256),   # many tiles: the assembly leads (the loop alone: 0.73x)
     ("flux2", "encode", "bf16", 1536, 1024, 1, 1, 384),   # tiled encode, a size the grid never traced
     ("cogview4", "encode", "fp32", 1280, 768, 1, 1, 448),
     ("mochi", "decode", "bf16", 832, 480, 37, 1, None),   # the second area piece (it was 0.74x with one fit)
@@ -207,28 +208,32 @@ def test_a_math_structure_reproduces_fresh_math_dry_runs(name, op, frames, w, h)
 
 def test_a_tiled_video_structure_recovers_its_basis_at_every_frame_knot():
     """Known answer: dry-run peaks built from per-knot coefficients of the tiled basis (Wan 2.1's knots, 1-17
-    frames) are recovered at each knot; between knots the value is linear in frames, past the last along the last
-    segment."""
-    truth = {f: [3000.0 + 40 * f, 6.0 * f, 1e6 * (1 + f)] for f in (1, 5, 9, 17)}
-    entries = []
-    for g in grid("wan21", "decode", "bf16", True):
-        a, s = truth[g.frames][:2]
-        area, stored = est.tiled_peak_terms(g.width, g.height, g.tile, 8, 0.25, a, s)
-        entries.append({"spec": g.to_dict(), "peak_bytes": a * area + s * stored + truth[g.frames][2],
-                        "output_bytes": None})
+    frames: the tile loop's grid and the assembly's point) are recovered at each knot; between knots the
+    coefficients are linear in frames, past the last along the last segment."""
+    def coef(frames):  # o: two copies of the output (6 B per pixel and frame)
+        return 3000.0 + 40 * frames, 6.0 * frames, 12.0 * frames, 1e6 * (1 + frames)
+
+    def peak(w, h, t, frames):
+        a, s_, o, base = coef(frames)
+        area, stored, total = est.tiled_peak_terms(w, h, t, 8, 0.25, a, s_, "sample")
+        return max(a * area + s_ * stored, s_ * total + o * w * h) + base
+
+    entries = [{"spec": g.to_dict(), "peak_bytes": peak(g.width, g.height, g.tile, g.frames),
+                "output_bytes": 6 * g.frames * g.width * g.height} for g in grid("wan21", "decode", "bf16", True)]
     s = derive(entries, "wan21", "decode", "bf16", True)
     assert s["knots"] == [1, 5, 9, 17] and s["tile_min"] == 256 and s["max_rel_error_in_sample"] < 1e-6
-    for fr, coef in zip(s["knots"], s["coef"]):
-        assert coef == pytest.approx(truth[fr], rel=1e-6, abs=1e-3)
-
-    def at(frames, batch=1):  # the truth with the coefficients linear in frames
-        a, s_, base = (3000.0 + 40 * frames, 6.0 * frames, 1e6 * (1 + frames))
-        area, stored = est.tiled_peak_terms(1024, 768, 384, 8, 0.25, a, s_)
-        return batch * (a * area + s_ * stored + base)
-
+    for fr, c in zip(s["knots"], s["coef"]):
+        assert c == pytest.approx(list(coef(fr)), rel=1e-6, abs=1e-3)
+    leads = []  # where the assembly leads at the grid's assembly point: o is read off it, elsewhere two outputs
+    for fr in s["knots"]:
+        a, s_, o, _ = coef(fr)
+        area, stored, total = est.tiled_peak_terms(2048, 1024, 256, 8, 0.25, a, s_, "sample")
+        leads.append(s_ * total + o * 2048 * 1024 > a * area + s_ * stored)
+    assert leads == [False, False, True, True]  # both paths are taken
     for frames in (9, 13, 17, 33):  # between knots and past the last
-        assert est.structure_bytes(s, 1024, 768, 1, frames, 384) == pytest.approx(at(frames), rel=1e-6)
-    assert est.structure_bytes(s, 1024, 768, 2, 13, 384) == pytest.approx(at(13, 2), rel=1e-6)
+        for w, h, t in ((1024, 768, 384), (4096, 2048, 256)):
+            assert est.structure_bytes(s, w, h, 1, frames, t) == pytest.approx(peak(w, h, t, frames), rel=1e-6)
+    assert est.structure_bytes(s, 1024, 768, 2, 13, 384) == pytest.approx(2 * peak(1024, 768, 384, 13), rel=1e-6)
 
 
 def test_a_structure_needs_its_whole_grid():

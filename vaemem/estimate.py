@@ -275,15 +275,15 @@ def _check_structure(s: dict, where: str) -> None:
         _need(bool(knots) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in knots)
               and knots == sorted(set(knots)), f"{where}.knots", "increasing positive integers", knots)
         coef = _field(s, "coef", where, "list")
-        _need(len(coef) == len(knots) and all(isinstance(k, list) and len(k) == 3 and all(_num(c) for c in k)
-                                              and k[0] >= 0 and k[1] >= 0 for k in coef), f"{where}.coef",
-              f"{len(knots)} lists (one per knot) of [bytes per tile pixel >= 0, per stored pixel >= 0, base bytes]",
-              coef)
+        _need(len(coef) == len(knots) and all(isinstance(k, list) and len(k) == 4 and all(_num(c) for c in k)
+                                              and min(k[:3]) >= 0 for k in coef), f"{where}.coef",
+              f"{len(knots)} lists (one per knot) of [bytes per tile pixel >= 0, per stored pixel >= 0, per output "
+              f"pixel in the assembly >= 0, base bytes]", coef)
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
         rule = _field(s, "stride_rule", where, "str")
-        _need(rule in ("latent", "sample"), f"{where}.stride_rule", '"latent" or "sample"', rule)
+        _need(rule in ("latent", "pixel", "sample"), f"{where}.stride_rule", '"latent", "pixel" or "sample"', rule)
         tile_min = s.get("tile_min", 0)
         _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
               tile_min)
@@ -481,26 +481,28 @@ def sample_stride(tile: int, factor: int, overlap: float) -> int:
 
 def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
                stride_rule: str = "latent") -> tuple[list[int], list[int]]:
-    """(heights of the tile rows, widths of the tile columns) in sample pixels, as diffusers' loops cut the latent,
-    each tile ``tile`` px or what is left at the edge. The step: int(tile / factor x (1 - overlap)) latent px
-    (``stride_rule`` "latent": classes that take an overlap factor), or tile minus the overlap rounded down to the
-    factor (at least one factor), in sample px ("sample": classes given a stride). They differ where the overlap is
-    no whole latent pixel (320 px tiles at factor 32: a step of 7 latent px against 8)."""
-    lt = tile // factor
+    """(heights of the tile rows, widths of the tile columns) in sample pixels, as diffusers' loops cut the image,
+    each tile ``tile`` px or what is left at the edge. The step (``stride_rule``): "latent", int(tile / factor x
+    (1 - overlap)) latent px (a decode of the classes that take an overlap factor); "pixel", int(tile x (1 -
+    overlap)) sample px (their encode); "sample", tile minus the overlap rounded down to the factor, at least one
+    factor (the classes given a stride, :func:`sample_stride`). They differ where the overlap is no whole latent
+    pixel (320 px tiles at factor 32: a step of 7 latent px against 8)."""
     if stride_rule == "latent":
-        stride = int(lt * (1 - overlap)) or 1
+        tile = tile // factor * factor
+        stride = (int(tile // factor * (1 - overlap)) or 1) * factor
+    elif stride_rule == "pixel":
+        stride = int(tile * (1 - overlap)) or 1
     else:
-        stride = sample_stride(tile, factor, overlap) // factor or 1
-    hl, wl = height // factor, width // factor
-    return ([min(lt, hl - i) * factor for i in range(0, hl, stride)],
-            [min(lt, wl - j) * factor for j in range(0, wl, stride)])
+        stride = (sample_stride(tile, factor, overlap) // factor or 1) * factor
+    return ([min(tile, height - i) for i in range(0, height, stride)],
+            [min(tile, width - j) for j in range(0, width, stride)])
 
 
 def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: float, a: float,
-                     b: float, stride_rule: str = "latent") -> tuple[float, float]:
-    """(its area, the area stored before it) in sample pixels of the tile where ``a x area + b x stored`` is
-    largest, over the tiles in diffusers' order (rows, then columns): a tile's working set grows with its own area,
-    and every finished tile is kept until the blend. Ties go to the first such tile."""
+                     b: float, stride_rule: str = "latent") -> tuple[float, float, float]:
+    """(its area, the area stored before it, the area of all tiles) in sample pixels, for the tile where
+    ``a x area + b x stored`` is largest, over the tiles in diffusers' order (rows, then columns): a tile's working
+    set grows with its own area, and every finished tile is kept until the blend. Ties go to the first such tile."""
     rows, cols = tile_sides(width, height, tile, factor, overlap, stride_rule)
     best, best_v, stored = (0.0, 0.0), float("-inf"), 0.0
     for r in rows:
@@ -509,7 +511,7 @@ def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: f
             if v > best_v:
                 best, best_v = (float(r * c), stored), v
             stored += r * c
-    return best
+    return best[0], best[1], stored
 
 
 def compile_structure(s: dict) -> tuple:
@@ -675,8 +677,10 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
         if i:
             p = c[2][i - 1]
             k = tuple(x + (y - x) * u for x, y in zip(p, k))
-        area, stored = tiled_peak_terms(width, height, tile, c[3], c[4], k[0], k[1], c[5])  # type: ignore[arg-type]
-        v = batch * (k[0] * area + k[1] * stored + k[2])
+        a, s, o = (x if x > 0 else 0.0 for x in k[:3])  # extrapolated past the last knot: never negative
+        area, stored, total = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5])  # type: ignore[arg-type]
+        loop, assembly = a * area + s * stored, s * total + o * width * height  # the tiles, then the blend and cat
+        v = batch * ((loop if loop > assembly else assembly) + k[3])
         return v if v > 0 else 0.0
     area = width * height
     up = c[8]
@@ -722,7 +726,8 @@ def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, t
     """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
     base given at frame knots, linear between them and extrapolated along the last segment past the last
     knot (by then the growth is the output clip's). Tiled: diffusers' loop, ``max over tiles (a x its area +
-    s x the area of the tiles finished before it) + base`` (:func:`tiled_peak_terms`), with (a, s, base) per frame
+    s x the area of the tiles finished before it, s x the area of all tiles + o x width x height) + base``, the
+    tile loop, then the assembly (:func:`tiled_peak_terms`), with (a, s, o, base) per frame
     knot (an image: one knot), linear in frames between knots and extrapolated along the last segment. Batch
     multiplies the whole (dry runs scale exactly with batch)."""
     return structure_eval(compile_structure(s), width, height, batch, frames, tile)
@@ -936,7 +941,7 @@ class _Plan:
         structures = coef.get("structures", {})
         s = structures.get(structure_key(arch, op, dtype, tiled))
         self.cs = None if s is None else compile_structure(s)
-        # the smallest tile the tiled structure's dry runs had: below it the basis misses (64 px tiles: 0.81x)
+        # the smallest tile the tiled structure's dry runs had: below it the basis misses (64 px tiles: 0.73x)
         self.tile_min = s.get("tile_min", 0) if s is not None and s["kind"] == "tiled" else 0
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
         self.up = None if s is None or s["kind"] == "tiled" or "upper" not in s else self.cs[8][1]  # type: ignore

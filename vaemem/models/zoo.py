@@ -282,13 +282,15 @@ class ModelSpec:
         """Why this model cannot run ``op`` in vaemem, or None if it can."""
         return dict(self.info.refused_ops).get(op)
 
-    @property
-    def tile_stride_rule(self) -> str:
-        """How its diffusers class steps through the latent when tiled (:func:`vaemem.estimate.tile_sides`):
-        "latent" where it takes an overlap factor (a stride of int(tile / factor x (1 - overlap)) latent px), else
-        "sample" (:func:`vaemem.models.build.configure_tiling` gives it a stride in sample px, the overlap rounded
-        down to the factor)."""
-        return "latent" if self.class_name in LATENT_STRIDE_CLASSES else "sample"
+    def tile_stride_rule(self, op: str) -> str:
+        """How its diffusers class steps through the image when ``op`` runs tiled
+        (:func:`vaemem.estimate.tile_sides`): the classes that take an overlap factor step by int(tile / factor x
+        (1 - overlap)) latent px in decode ("latent") and int(tile x (1 - overlap)) sample px in encode ("pixel");
+        the others are given a stride in sample px, the overlap rounded down to the factor
+        (:func:`vaemem.models.build.configure_tiling`; "sample")."""
+        if self.class_name in LATENT_STRIDE_CLASSES:
+            return "latent" if op == "decode" else "pixel"
+        return "sample"
 
     def tiled_refusal(self, op: str) -> str | None:
         """Why this model's tiled ``op`` cannot run, or None if it can."""

@@ -120,7 +120,7 @@ def candidates(device: str, ops: list[str], dtypes: list[str], allocators: list[
             if i < len(ARCHITECTURES[kernel]):
                 for op, dtype, alloc in keys:
                     line(2, kernel, ARCHITECTURES[kernel][i], op, dtype, alloc)
-    if tiles:  # 3: a tiled line (decode: diffusers' tiled encode has no structure here)
+    if tiles:  # 3: a tiled line (decode, the op apps tile most)
         model = ARCHITECTURES["conv2d"][0]
         small, large = ladder["tiled"]
         for op, dtype, alloc in keys:  # tile size and image size both vary: a tiled line spans both

@@ -17,16 +17,18 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   under-priced them by up to a third.
 * Tiled (images, decode and encode; Wan's video decode), the peak follows diffusers' loop: each tile's working
   set grows with its own area, and every finished tile is kept until the blend, so
-  ``peak = max over tiles (a x its area + s x the area of the tiles finished before it) + base``, the tiles as the
+  ``peak = max(max over tiles (a x its area + s x the area of the tiles finished before it), s x the area of all
+  tiles + o x width x height) + base``, the second term the assembly (the rows and the output concatenated while
+  every tile is kept: it leads for images many tiles wide, :data:`TILE_ASSEMBLY`), the tiles as the
   class's loop visits them (:func:`vaemem.estimate.tile_sides`, edge tiles cut). Fitted on tiles of 256-512 px,
   it is exact in sample to the byte for every image class (SD1.5 decode fp32: 3072 B per pixel of the tile at
-  work, 12 per stored pixel, its three fp32 channels), and Wan's, from its 16 dry runs, is within 0.73 % of all
+  work, 12 per stored pixel, its three fp32 channels), and Wan's, from its 20 dry runs, is within 0.02 % of all
   168 of a larger grid (1-33 frames); the basis it replaces (one tile, the tile count and the output area) was
   0.8 % off for images and 2.7 % for Wan's clips. 128 and 192 px tiles are exact too (SD1.5 decode), 64 px ones
   miss (0.73x), so it records ``tile_min`` (the grid's 256 px) and the estimator prices no smaller tile. Wan's tiled
-  decode (:data:`TILED_VIDEO_OPS`) has (a, s, base) at each of its frame knots (:data:`TILE_GRID_VIDEO`), linear
-  in frames between knots and along the last segment past it: each tile's clip is decoded chunk by chunk, so ``s`` is the stored clip's bytes per
-  pixel (12 B x frames in fp32). Other tiled video is not structured (priced from its own measured points, else
+  decode (:data:`TILED_VIDEO_OPS`) has (a, s, o, base) at each of its frame knots (:data:`TILE_GRID_VIDEO`),
+  linear in frames between knots and along the last segment past it: each tile's clip is decoded chunk by chunk,
+  so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). Other tiled video is not structured (priced from its own measured points, else
   untiled: an upper bound).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
@@ -70,9 +72,9 @@ TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
 # chunk by chunk, so the image basis holds at each frame knot. The other video classes also tile in time (their
 # own frame windows), a regime this basis does not describe, and Wan's tiled encode is not dry-run.
 TILED_VIDEO_OPS = {"wan21": ("decode",), "wan22": ("decode",)}
-# A tiled clip's grid: four tiles at four knots (1, 5, 9, 17 frames for Wan), 16 dry runs. Against all 42 of the
-# image grid at six knots (1-33 frames; 25.5 minutes for Wan 2.1 and 2.2 in fp32 and bf16) it is within 0.73 %
-# at every one of those 168 dry runs, 33 frames included (0.21 % with all 42).
+# A tiled clip's grid: four tiles and the assembly's point at four knots (1, 5, 9, 17 frames for Wan), 20 dry
+# runs. Against the seven tiles of the image grid at six knots (1-33 frames; 168 dry runs, 25.5 minutes for Wan
+# 2.1 and 2.2 in fp32 and bf16) it is within 0.02 % at every one, 33 frames included.
 TILE_GRID_VIDEO = ((256, 768, 512), (384, 768, 768), (512, 1024, 768), (512, 1280, 1024))
 TILED_VIDEO_LATENT_KNOTS = (1, 2, 3, 5)
 
@@ -84,9 +86,16 @@ def frame_knots(spec: ModelSpec, tiled: bool = False) -> list[int]:
     return [1 + s * (t - 1) for t in (TILED_VIDEO_LATENT_KNOTS if tiled else (1, 2, 3, 4, 5, 9))]
 
 
+# Where the assembly leads (all tiles kept while the rows and the output are concatenated): an image many tiles
+# wide. SD1.5 decode fp32 at 3072 px with 256 px tiles peaks there at 402 MiB, where the tile loop alone gave 368.
+TILE_ASSEMBLY = (256, 3072, 3072)
+TILE_ASSEMBLY_VIDEO = (256, 2048, 1024)
+
+
 def _tiles(spec: ModelSpec) -> tuple[tuple[int, int, int], ...]:
-    """(tile, width, height) of a tiled structure's dry runs at each frame knot."""
-    return TILE_GRID_VIDEO if spec.is_video else TILE_GRID
+    """(tile, width, height) of a tiled structure's dry runs at each frame knot: the tile loop's grid, then the
+    assembly's point."""
+    return (*TILE_GRID_VIDEO, TILE_ASSEMBLY_VIDEO) if spec.is_video else (*TILE_GRID, TILE_ASSEMBLY)
 
 
 def _sizes(spec: ModelSpec, attention: str = "fused") -> tuple[tuple[int, int], ...]:
@@ -164,7 +173,7 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], factor: in
     def fit(at: list[tuple[float, float]]) -> tuple[list[float], float]:
         c = _solve([[a, st, 1.0] for a, st in at], ys)
         c = [max(c[0], 0.0), max(c[1], 0.0), c[2]]
-        peaks = [est.tiled_peak_terms(w, h, t, factor, 0.25, c[0], c[1], rule) for w, h, t in points]
+        peaks = [est.tiled_peak_terms(w, h, t, factor, 0.25, c[0], c[1], rule)[:2] for w, h, t in points]
         return c, max(abs(a * c[0] + st * c[1] + c[2] - y) / y for (a, st), y in zip(peaks, ys))
 
     def last(w: int, h: int, t: int) -> tuple[float, float]:
@@ -178,11 +187,24 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], factor: in
         c, err = fit(at)
         if err < best_err:
             best, best_err = c, err
-        moved = [est.tiled_peak_terms(w, h, t, factor, 0.25, c[0], c[1], rule) for w, h, t in points]
+        moved = [est.tiled_peak_terms(w, h, t, factor, 0.25, c[0], c[1], rule)[:2] for w, h, t in points]
         if moved == at:
             break
         at = moved
     return [round(best[0], 3), round(best[1], 3), round(best[2])]  # type: ignore[index]
+
+
+def _assembly(peak: float, point: tuple, factor: int, rule: str, a: float, s: float, base: float) -> float | None:
+    """The bytes per output pixel ``o`` of the assembly term (every tile kept, s x their area, while the rows and
+    the output are concatenated) from the dry run at :data:`TILE_ASSEMBLY`, where it peaks above the tile loop:
+    what that peak leaves beside the stored tiles (rounded up to 1e-3 B/px); None where the loop leads there.
+    Where it leads it holds whole copies of the output: two for SD1.5, FLUX.1 and .2, CogView4, HunyuanImage and
+    SANA decode (24 B/px in fp32, a 12 B/px output), three for Wan (its clamp)."""
+    w, h, _, t = point
+    area, stored, total = est.tiled_peak_terms(w, h, t, factor, 0.25, a, s, rule)
+    if peak > (a * area + s * stored + base) * (1 + 1e-4):
+        return math.ceil((peak - base - s * total) / (w * h) * 1000) / 1000
+    return None
 
 
 def _piece(peaks: dict, knots: list[int], sizes: tuple[tuple[int, int], ...]) -> tuple[list, list, list]:
@@ -258,11 +280,21 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     if tiled:
         knots = frame_knots(spec, True)
         coef = []
+        rule = spec.tile_stride_rule(op)
         for fr in knots:
-            at = [k for k in wanted if k[2] == fr]
-            coef.append(_tiled_piece([(w, h, t) for w, h, _, t in at], [peaks[k] for k in at], f,
-                                     spec.tile_stride_rule))
-        out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f, "stride_rule": spec.tile_stride_rule,
+            *at, big = [k for k in wanted if k[2] == fr]  # the loop's grid, then the assembly's point
+            a, st, base = _tiled_piece([(w, h, t) for w, h, _, t in at], [peaks[k] for k in at], f, rule)
+            coef.append([a, st, _assembly(peaks[big], big, f, rule, a, st, base), base])
+        # where the assembly does not lead at a knot, it holds the copies of the output it holds where it leads
+        # (two for every image class that shows it, three for Wan: its clamp), else two
+        per_px = [outputs[k] / (k[0] * k[1]) if outputs[k] else None for k in wanted[len(_tiles(spec)) - 1::len(_tiles(spec))]]
+        copies = [c[2] / o for c, o in zip(coef, per_px) if c[2] is not None and o]
+        for c, o in zip(coef, per_px):
+            if c[2] is None:
+                if o is None:
+                    raise ValueError(f"{name} {op} {dtype}: the assembly's dry run records no output bytes")
+                c[2] = math.ceil((max(copies) if copies else 2.0) * o * 1000 - 1e-6) / 1000
+        out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f, "stride_rule": rule,
                "tile_min": min(t for *_, t in wanted), "knots": knots, "coef": coef}
     else:
         knots = frame_knots(spec)
