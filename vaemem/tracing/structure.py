@@ -28,8 +28,8 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   miss (0.73x), so it records ``tile_min`` (the grid's 256 px) and the estimator prices no smaller tile. Wan's tiled
   decode (:data:`TILED_VIDEO_OPS`) has (a, s, o, base) at each of its frame knots (:data:`TILE_GRID_VIDEO`),
   linear in frames between knots and along the last segment past it: each tile's clip is decoded chunk by chunk,
-  so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). Other tiled video is not structured (priced from its own measured points, else
-  untiled: an upper bound).
+  so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). Other tiled video is not structured
+  (priced from its own measured points, else untiled: an upper bound).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
 * The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
@@ -140,7 +140,8 @@ def structured(name: str) -> list[tuple[str, str, bool, str]]:
     for op in spec.ops:
         for dtype in STRUCTURE_DTYPES:
             out.append((op, dtype, False, "fused"))
-            if (spec.kernel in TILED_MODELS_KINDS or op in TILED_VIDEO_OPS.get(name, ())) and not spec.tiled_refusal(op):
+            tiles = spec.kernel in TILED_MODELS_KINDS or op in TILED_VIDEO_OPS.get(name, ())
+            if tiles and not spec.tiled_refusal(op):
                 out.append((op, dtype, True, "fused"))
             if op in ATTENTION_OPS[name]:
                 out.append((op, dtype, False, "math"))
@@ -279,15 +280,15 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     f = spec.spatial_factor
     if tiled:
         knots = frame_knots(spec, True)
-        coef = []
+        coef, per_px = [], []  # per knot; per_px: the output's bytes per pixel at the assembly's point
         rule = spec.tile_stride_rule(op)
         for fr in knots:
             *at, big = [k for k in wanted if k[2] == fr]  # the loop's grid, then the assembly's point
             a, st, base = _tiled_piece([(w, h, t) for w, h, _, t in at], [peaks[k] for k in at], f, rule)
             coef.append([a, st, _assembly(peaks[big], big, f, rule, a, st, base), base])
+            per_px.append(outputs[big] / (big[0] * big[1]) if outputs[big] else None)
         # where the assembly does not lead at a knot, it holds the copies of the output it holds where it leads
         # (two for every image class that shows it, three for Wan: its clamp), else two
-        per_px = [outputs[k] / (k[0] * k[1]) if outputs[k] else None for k in wanted[len(_tiles(spec)) - 1::len(_tiles(spec))]]
         copies = [c[2] / o for c, o in zip(coef, per_px) if c[2] is not None and o]
         for c, o in zip(coef, per_px):
             if c[2] is None:
