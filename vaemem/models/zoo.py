@@ -214,6 +214,9 @@ class ClassInfo:
     refused_ops: tuple[tuple[str, str], ...] = ()  # (op, reason the class cannot run it in vaemem)
     refused_tiled_ops: tuple[tuple[str, str], ...] = ()  # (op, reason its tiled path cannot run)
     frame_step: int | None = None  # clip lengths are 1 + frame_step*k where that differs from the temporal factor
+    # copies of the output its tiled decode holds while it concatenates the rows and the output (the dry runs show
+    # two for the image classes; Wan's tiled_decode also clamps the result: three)
+    tiled_output_copies: int = 2
     # its 3D convolutions split an input of more than 2^30 elements into chunks along time (diffusers'
     # CogVideoXSafeConv3d): a step in the peak that the dry runs record (vaemem.tracing.trace.SPLIT_CONVS)
     split_convs: bool = False
@@ -227,7 +230,7 @@ CLASSES: dict[str, ClassInfo] = {
     )),
     "AutoencoderDC": ClassInfo("dcae", "conv2d", False, False),
     "AutoencoderKLQwenImage": ClassInfo("qwen", "conv3d", True, False),
-    "AutoencoderKLWan": ClassInfo("wan", "conv3d", True, True),
+    "AutoencoderKLWan": ClassInfo("wan", "conv3d", True, True, tiled_output_copies=3),
     "AutoencoderKLMiniMaxH3": ClassInfo("minimax", "conv3d", True, True, (
         ("decode", "its 2.4B-parameter decoder is a ViT, not a convolutional VAE: vaemem measures its encoder only"),
     )),

@@ -199,8 +199,9 @@ def _assembly(peak: float, point: tuple, factor: int, rule: str, a: float, s: fl
     """The bytes per output pixel ``o`` of the assembly term (every tile kept, s x their area, while the rows and
     the output are concatenated) from the dry run at :data:`TILE_ASSEMBLY`, where it peaks above the tile loop:
     what that peak leaves beside the stored tiles (rounded up to 1e-3 B/px); None where the loop leads there.
-    Where it leads it holds whole copies of the output: two for SD1.5, FLUX.1 and .2, CogView4, HunyuanImage and
-    SANA decode (24 B/px in fp32, a 12 B/px output), three for Wan (its clamp)."""
+    Where it leads it holds whole copies of the output (:attr:`vaemem.models.zoo.ClassInfo.tiled_output_copies`):
+    two for SD1.5, FLUX.1 and .2, CogView4, HunyuanImage and SANA decode (24 B/px in fp32, a 12 B/px output),
+    three for Wan (its clamp)."""
     w, h, _, t = point
     area, stored, total = est.tiled_peak_terms(w, h, t, factor, 0.25, a, s, rule)
     if peak > (a * area + s * stored + base) * (1 + 1e-4):
@@ -287,14 +288,13 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             a, st, base = _tiled_piece([(w, h, t) for w, h, _, t in at], [peaks[k] for k in at], f, rule)
             coef.append([a, st, _assembly(peaks[big], big, f, rule, a, st, base), base])
             per_px.append(outputs[big] / (big[0] * big[1]) if outputs[big] else None)
-        # where the assembly does not lead at a knot, it holds the copies of the output it holds where it leads
-        # (two for every image class that shows it, three for Wan: its clamp), else two
-        copies = [c[2] / o for c, o in zip(coef, per_px) if c[2] is not None and o]
+        # where the assembly does not lead at a knot's point, it holds the class's copies of the output: Wan 2.2's
+        # never leads at 2048x1024, and with two copies its 4096x2048 x 9 frames was priced 0.79x (it holds three)
         for c, o in zip(coef, per_px):
             if c[2] is None:
                 if o is None:
                     raise ValueError(f"{name} {op} {dtype}: the assembly's dry run records no output bytes")
-                c[2] = math.ceil((max(copies) if copies else 2.0) * o * 1000 - 1e-6) / 1000
+                c[2] = math.ceil(spec.info.tiled_output_copies * o * 1000 - 1e-6) / 1000
         out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f, "stride_rule": rule,
                "tile_min": min(t for *_, t in wanted), "knots": knots, "coef": coef}
     else:
