@@ -47,6 +47,7 @@ def main() -> None:
     est.load(None)
     print(f"load and validate the packaged coefficient file: {(time.perf_counter() - t) * 1e3:.2f} ms (once)")
     img = [(64 * (4 + i % 29), 64 * (4 + i // 29 % 29), 1) for i in range(N_REQUESTS)]
+    big = [(64 * (5 + i % 29), 64 * (5 + i // 29 % 29), 1) for i in range(N_REQUESTS)]  # larger than a 256 px tile
     vid = [(64 * (2 + i % 13), 64 * (2 + i // 13 % 13), 1 + 4 * (i % 21)) for i in range(N_REQUESTS)]
     vid8 = [(64 * (2 + i % 14), 64 * (2 + i // 14 % 11), 1 + 8 * (1 + i % 10)) for i in range(N_REQUESTS)]  # 1 + 8k
     paths = [
@@ -54,8 +55,11 @@ def main() -> None:
             "sd15", "decode", w, h, dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")),
         ("transfer (class line)", vid, lambda w, h, f: est.working_memory_bytes(
             "hunyuanvideo-1.5", "decode", w, h, frames=f, dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")),
-        ("measured pixel line, tiled", img, lambda w, h, f: est.working_memory_bytes(
-            "wan21", "decode", w, h, tile=128, dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")),
+        ("measured, tiled (SD1.5, 256 px tiles)", big, lambda w, h, f: est.working_memory_bytes(
+            "sd15", "decode", w, h, tile=256, dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")),
+        ("measured, tiled clip (Wan 2.1, 5 frames)", big, lambda w, h, f: est.working_memory_bytes(
+            "wan21", "decode", w, h, frames=5, tile=256, dtype="fp32", backend="onednn", allocator="glibc-fixed",
+            os="linux")),
         ("fallback (legacy x dry runs)", img, lambda w, h, f: est.working_memory_bytes(
             "cogview4", "decode", w, h, dtype="bf16", backend="cudnn", allocator="native", os="linux")),
         ("fallback, video clip", vid, lambda w, h, f: est.working_memory_bytes(
@@ -66,7 +70,7 @@ def main() -> None:
     ]
     for name, requests, fn in paths:
         fn(*requests[0])  # the first call of a key resolves its plan
-        print(f"  {name:34s} {_per_call_us(fn, requests):6.2f} us/call over {len(requests)} distinct requests")
+        print(f"  {name:40s} {_per_call_us(fn, requests):6.2f} us/call over {len(requests)} distinct requests")
 
 
 if __name__ == "__main__":
