@@ -36,6 +36,8 @@ def test_dry_run_equals_the_same_accounting_on_real_tensors(name, op):
     assert fake.output_bytes == real.output_bytes > 0
     assert fake.input_bytes == real.input_bytes > 0
     assert fake.peak_module == real.peak_module
+    # on the meta device SDPA would take the math path, with its score matrix: the dry run takes the CPU's kernel
+    assert fake.attention_peak_bytes == real.attention_peak_bytes
 
 
 @pytest.mark.parametrize("spec", [
@@ -59,6 +61,42 @@ def test_tile_replay_is_used_and_changes_nothing():
     replayed, plain = trace(spec), trace(spec, replay=False)
     assert replayed.replayed_calls > 10 and plain.replayed_calls == 0
     assert replayed.peak_bytes == plain.peak_bytes
+
+
+@pytest.mark.parametrize("spec", [
+    _spec("tiny-wan", "decode", frames=17),
+    _spec("tiny-wan", "encode", frames=17),
+    _spec("tiny-wan", "decode", width=64, height=48, frames=9, tile=32),
+], ids=lambda s: s.key)
+def test_chunk_replay_of_wans_feature_cache_is_used_and_changes_nothing(spec):
+    """Wan decodes a clip chunk by chunk, its decoder rewriting the feature cache it is passed (a list): a chunk
+    whose cache holds what an earlier chunk's held is replayed, and the dry run is what real tensors give."""
+    replayed, plain = trace(spec), trace(spec, replay=False)
+    assert replayed.replayed_calls >= 2 and plain.replayed_calls == 0
+    real = trace(spec, fake=False, replay=False)
+    assert replayed.peak_bytes == plain.peak_bytes == real.peak_bytes
+    assert replayed.peak_module == real.peak_module
+
+
+def test_sdpa_on_meta_tensors_allocates_what_the_cpu_allocates():
+    """The dry run's SDPA, a boolean mask included (SDPA converts it first), against real CPU tensors."""
+    import torch
+    import torch.nn.functional as F
+
+    from vaemem.tracing.counter import LiveBytes
+    from vaemem.tracing.trace import _attention_as_on_cpu
+
+    def peak(device: str, mask: bool) -> int:
+        q = torch.zeros(1, 4, 256, 64, device=device)
+        m = torch.ones(256, 256, dtype=torch.bool, device=device) if mask else None
+        counter = LiveBytes()
+        counter.exclude([q] + ([m] if mask else []))
+        with _attention_as_on_cpu(), counter:
+            F.scaled_dot_product_attention(q, q, q, attn_mask=m)
+        return counter.peak
+
+    for mask in (False, True):
+        assert peak("meta", mask) == peak("cpu", mask) < 4 * 256 * 256 * 4  # no (4 x 256 x 256) fp32 scores
 
 
 def test_the_dry_run_is_deterministic():

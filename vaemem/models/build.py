@@ -68,17 +68,19 @@ def _drop_unused_half(model: nn.Module, spec: ModelSpec, op: str) -> None:
 
 def _fill_(model: nn.Module, device: torch.device, dtype: torch.dtype, seed: int | None) -> None:
     """Allocate every meta parameter on ``device`` in ``dtype`` and fill it in place from a seeded generator
-    (``seed`` None: leave it empty, as the dry run does inside ``FakeTensorMode``)."""
+    (``seed`` None: leave it empty, as the dry run does on the meta device)."""
     gen = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else None
     for module in model.modules():
         for name, meta in list(module._parameters.items()):
             if meta is None:
                 continue
             shape = tuple(meta.shape)
+            if gen is None:  # the dry run: shapes only, on the meta device
+                module._parameters[name] = nn.Parameter(torch.empty(shape, dtype=dtype, device=device),
+                                                        requires_grad=False)
+                continue
             host = torch.empty(shape, dtype=dtype, device="cpu")
-            if gen is None:
-                pass
-            elif name.endswith("bias"):
+            if name.endswith("bias"):
                 host.zero_()
             elif meta.numel() == (shape[0] if shape else 1):  # per-channel scale (norm weight, RMS gamma)
                 host.fill_(1.0)
@@ -106,7 +108,7 @@ def build_meta(spec: ModelSpec, op: str) -> nn.Module:
 def build_model(name: str | ModelSpec, op: str, device: str | torch.device, dtype: str,
                 seed: int | None = 0) -> nn.Module:
     """The zoo model ``name`` (or any spec) ready to run ``op`` on ``device`` in ``dtype`` (fp16|bf16|fp32),
-    in eval mode. ``seed`` None leaves the weights unfilled (the dry run builds inside ``FakeTensorMode``)."""
+    in eval mode. ``seed`` None leaves the weights unfilled (the dry run builds it on the meta device)."""
     spec = get_spec(name) if isinstance(name, str) else name
     model = build_meta(spec, op)
     _fill_(model, torch.device(device), DTYPES[dtype], seed)

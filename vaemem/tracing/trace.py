@@ -1,21 +1,27 @@
-"""The dry run of one point: build the model on fake tensors, run the op, count live tensor bytes.
+"""The dry run of one point: build the model on the meta device, run the op there, count live tensor bytes.
 
-Method (see ../shared/reference/structure.md): the model is built with its parameters on the meta device and
-moved with ``to_empty`` inside ``FakeTensorMode``, so weights and activations carry shapes, dtypes and storages
-but no memory and no arithmetic. The op's input is created before counting starts (as in a measurement, it is part
-of the baseline), then :class:`~vaemem.tracing.counter.LiveBytes` counts every storage the op creates until it is
-freed. The result is exact and deterministic for a given torch and diffusers.
+Method (see ../shared/reference/structure.md): the model is built with its weights on the meta device and the op
+runs there, so weights and activations carry shapes, strides, dtypes and storages but no memory and no arithmetic
+(torch's meta kernels). The op's input is created before counting starts (as in a measurement, it is part of the
+baseline), then :class:`~vaemem.tracing.counter.LiveBytes` counts every storage the op creates until it is freed.
+The result is exact and deterministic for a given torch and diffusers. One thing the meta device does otherwise
+than the CPU: SDPA there always takes the math path, with its score matrix, so the dry run asks the CPU's own
+kernel choice (:func:`_attention_as_on_cpu`). Meta tensors replaced ``FakeTensorMode`` (fake tensors that claim
+to be on the CPU), whose Python dispatch cost about 0.2 ms an op here; the whole zoo grid gives the same bytes
+either way (``benchmarks/trace_speed.py --zoo`` compares every dry run with the committed cache).
 
-Speed: a tiled op calls its decoder (or encoder) once per tile with mostly equal tile shapes, and a naive dry run
-pays one Python pass per tile. A call whose arguments are tensors and scalars only, and that leaves nothing alive
-but its one output tensor, is replayed for the next call of the same signature: the counter is raised by the
-first call's inner peak and an output of the same shape is created. That is exact whenever the module's memory
-depends on its input shapes alone (true of convolutional stacks); a call that keeps state (Wan's feature cache,
-passed as a list) is never replayed. The tests compare replayed dry runs with the same accounting on real tensors.
+Speed: a tiled op calls its decoder (or encoder) once per tile with mostly equal tile shapes, and Wan's decoder
+and encoder run once per chunk of a clip; a naive dry run pays one Python pass per call. A call whose arguments
+are tensors, scalars and lists of them is replayed for the next call of the same signature: the counter is raised
+by the first call's inner peak and what the call left alive is created anew, with the same shapes (its output,
+and the tensors it put into a list argument: Wan's feature cache, whose items before the call are part of the
+signature). That is exact whenever the module's memory depends on those shapes alone (true of convolutional
+stacks); a call that leaves alive anything else, or passes a dict or an object, is never replayed. The tests
+compare replayed dry runs with the same accounting on real tensors.
 
-One more shortcut, on fake tensors only: HunyuanVideo 1.5 builds its causal attention mask token by token, an
+One more shortcut, in the dry run only: HunyuanVideo 1.5 builds its causal attention mask token by token, an
 in-place write per token that allocates nothing (tens of thousands of Python-level ops at 1024 px). Its values
-mean nothing on fake tensors, so the dry run builds the same (tokens x tokens) tensor without the loop
+mean nothing on the meta device, so the dry run builds the same (tokens x tokens) tensor without the loop
 (:data:`_MASK_BUILDERS`); the tests compare these dry runs with real tensors, which run the loop.
 
 Size-triggered splits: CogVideoX's and Mochi's 3D convolutions (:data:`SPLIT_CONVS`) split an input of more than
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -129,10 +136,20 @@ def load_config(path: str) -> dict[str, Any]:
     return cfg
 
 
+def _weak(item: Any) -> Any:
+    """A callable giving ``item`` back while it lives: a weak reference for a tensor, else the value itself."""
+    import torch
+
+    return weakref.ref(item) if isinstance(item, torch.Tensor) else (lambda: item)
+
+
 class _Replay:
-    """Replays calls of one callable whose memory depends on input shapes only (see the module docstring): a
-    call that leaves exactly one new tensor alive (a decoder on a tile) or nothing new and returns one of its
-    arguments (diffusers' in-place ``blend_v``/``blend_h``)."""
+    """Replays calls of one callable whose memory depends on the shapes of what it is given only (see the module
+    docstring). Its arguments may be tensors, scalars and lists of them, which the call may rewrite (Wan's feature
+    cache and its index): a list's items before the call are part of the signature, and the items the call put
+    there are part of what a replay reproduces. A call is replayable when the storages it leaves alive are exactly
+    its output (or none, where it returns one of its arguments, as diffusers' in-place ``blend_v``/``blend_h``
+    do) and the new tensors it put into the lists, each owning its whole storage."""
 
     def __init__(self, owner: Any, attr: str, counter: Any) -> None:
         self.owner, self.attr, self.counter = owner, attr, counter
@@ -141,34 +158,37 @@ class _Replay:
         self.replayed = 0
 
     @staticmethod
-    def _signature(args: tuple, kwargs: dict) -> tuple | None:
+    def _item(v: Any) -> tuple | None:
         import torch
 
-        sig: list[Any] = [tuple(sorted(kwargs))]
-        for v in (*args, *(kwargs[k] for k in sorted(kwargs))):
-            if isinstance(v, torch.Tensor):
-                sig.append(("T", tuple(v.shape), v.dtype, v.device.type))
-            elif v is None or isinstance(v, (bool, int, float, str)):
-                sig.append(v)
-            else:
-                return None  # lists, caches, modules: state may flow through, never replay
+        if isinstance(v, torch.Tensor):
+            return ("T", tuple(v.shape), v.stride(), v.dtype, v.device.type, v.untyped_storage().nbytes())
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return ("V", type(v).__name__, v)
+        return None  # modules, dicts, objects: state may flow through them unseen, never replay
+
+    @classmethod
+    def _signature(cls, values: list[Any], names: tuple[str, ...]) -> tuple | None:
+        sig: list[Any] = [names]
+        for v in values:
+            items = [cls._item(i) for i in v] if isinstance(v, list) else [cls._item(v)]
+            if any(i is None for i in items):
+                return None
+            sig.append(("L", tuple(items)) if isinstance(v, list) else items[0])
         return tuple(sig)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        sig = self._signature(args, kwargs)
+        names = tuple(sorted(kwargs))
+        values = [*args, *(kwargs[k] for k in names)]
+        sig = self._signature(values, names)
         entry = self.seen.get(sig) if sig is not None else None
-        if entry is not None:
-            inner, attention, kind, payload, where = entry
-            self.counter.bump(inner, where, attention)
-            self.replayed += 1
-            if kind == "arg":
-                return args[payload]
-            shape, dtype = payload
-            return torch.empty(shape, dtype=dtype, device=args[0].device)
         c = self.counter
+        if entry is not None:
+            return self._replay(entry, values)
+        # the lists' items before the call, by weak reference: holding them would keep alive what the call frees
+        lists = [(i, [_weak(item) for item in v]) for i, v in enumerate(values) if isinstance(v, list)]
         before, peak_before, where_before, attention_before = c.current, c.peak, c.where, c.attention_peak
+        live_before = dict(c._refs)  # storage -> its weak reference (an address may be reused by a new storage)
         c.peak, c.attention_peak = c.current, -1  # measure this call's own inner peaks
         out = self.original(*args, **kwargs)
         inner, where = c.peak - before, c.where
@@ -177,14 +197,64 @@ class _Replay:
             c.peak, c.where = peak_before, where_before
         c.attention_peak = max(c.attention_peak, attention_before)
         if sig is not None and sig not in self.seen:
-            left = c.current - before
-            same = [i for i, a in enumerate(args) if a is out]
-            if isinstance(out, torch.Tensor) and left == 0 and same:
-                self.seen[sig] = (inner, attention, "arg", same[0], where)
-            elif isinstance(out, torch.Tensor) and not same and left == out.untyped_storage().nbytes():
-                self.seen[sig] = (inner, attention, "new", (tuple(out.shape), out.dtype), where)
-            else:
-                self.seen[sig] = None
+            self.seen[sig] = self._record(out, values, lists, live_before, c.current - before,
+                                          (inner, attention, where))
+        return out
+
+    def _record(self, out: Any, values: list[Any], lists: list[tuple[int, list]], live_before: dict[int, Any],
+                left: int, peaks: tuple) -> tuple | None:
+        """What a replay of this call must reproduce, or None where it cannot be replayed exactly."""
+        import torch
+
+        if not isinstance(out, torch.Tensor):
+            return None
+        same = [i for i, a in enumerate(values) if a is out]
+        created = [] if same else [out]
+        changes = []  # (value index, item index, ("T", shape, dtype) or ("V", value))
+        for i, items in lists:
+            now = values[i]
+            if len(now) != len(items):
+                return None
+            for j, (old, new) in enumerate(zip(items, now)):
+                if new is old():
+                    continue
+                if isinstance(new, torch.Tensor):
+                    if not (new.storage_offset() == 0
+                            and new.untyped_storage().nbytes() == new.numel() * new.element_size()):
+                        return None  # a view of a larger storage: replaying that is not worth the risk
+                    created.append(new)
+                    changes.append((i, j, ("T", tuple(new.shape), new.stride(), new.dtype)))
+                elif self._item(new) is not None:
+                    changes.append((i, j, ("V", new)))
+                else:
+                    return None
+        keys = [t.untyped_storage()._cdata for t in created]
+        new = {k for k, ref in self.counter._refs.items() if live_before.get(k) is not ref}
+        if len(set(keys)) != len(keys) or new != set(keys):
+            return None  # it left alive something else, or shares storages: not shapes alone
+        result = ("arg", same[0]) if same else ("new", (tuple(out.shape), out.dtype))
+        return (*peaks, result, tuple(changes), left, out.device)
+
+    def _replay(self, entry: tuple, values: list[Any]) -> Any:
+        """Raise the counter by the recorded inner peak, then create what the call left alive."""
+        import torch
+
+        inner, attention, where, (kind, payload), changes, left, device = entry
+        c = self.counter
+        before = c.current
+        c.bump(inner, where, attention)
+        self.replayed += 1
+        if kind == "arg":
+            out = values[payload]
+        else:
+            shape, dtype = payload
+            out = torch.empty(shape, dtype=dtype, device=device)
+        for i, j, (what, *spec) in changes:  # spec: (shape, stride, dtype) of a tensor, or (value,)
+            values[i][j] = (torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=device) if what == "T"
+                            else spec[0])
+        if c.current - before != left:  # an old item still referenced elsewhere: the call was not shapes alone
+            raise RuntimeError(f"replay of {self.attr} left {c.current - before} bytes where its first call left "
+                               f"{left}")
         return out
 
 
@@ -216,6 +286,40 @@ def _fast_masks(model: Any) -> Iterator[None]:
     finally:
         for cls, original in patched.items():
             setattr(cls, _MASK_BUILDERS[cls.__name__], original)
+
+
+@contextmanager
+def _attention_as_on_cpu() -> Iterator[None]:
+    """Within the block, SDPA on meta tensors takes the kernel the CPU would take (on the meta device it always takes
+    the math path, with its score matrix): the CPU's own choice function is asked (it reads shapes, strides, dtypes
+    and the backends ``sdpa_kernel`` allows, never data) and, where it picks flash attention, that kernel's meta
+    function runs, after the boolean-mask conversion SDPA does first (as ``aten::scaled_dot_product_attention``)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    original = F.scaled_dot_product_attention
+    choose = torch.ops.aten._fused_sdp_choice.default
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+    def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+             is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        if query.device.type == "meta":
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(attn_mask.logical_not(),
+                                                                                       float("-inf"))
+            if choose.redispatch(cpu, query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                 enable_gqa=enable_gqa) == SDPBackend.FLASH_ATTENTION.value:
+                return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa)
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
 
 
 SPLIT_CONVS = ("CogVideoXSafeConv3d",)  # classes whose forward splits an input of more than 2^30 elements
@@ -255,7 +359,7 @@ def _split_convs(model: Any, unsplit: bool, counter: Any, calls: list[list[int]]
 
 @contextmanager
 def _replaying(model: Any, counter: Any) -> Iterator[list[_Replay]]:
-    """Replay the decoder and encoder (per tile) and the blend helpers of a tiled op."""
+    """Replay the decoder and encoder (per tile, and per chunk of a clip) and the blend helpers of a tiled op."""
     replays = []
     for name in ("decoder", "encoder"):
         sub = getattr(model, name, None)
@@ -279,28 +383,23 @@ def _model_spec(spec: TraceSpec, config: dict[str, Any] | None) -> ModelSpec:
     return spec_from_config(spec.model, config) if config is not None else get_spec(spec.model)
 
 
-_FAKE_MODELS: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # (zoo model, op, dtype) -> (its fake mode, model)
+_FAKE_MODELS: dict[tuple[str, str, str], Any] = {}  # (zoo model, op, dtype) -> its model on the meta device
 
 
-def _fake_model(stack: ExitStack, mspec: ModelSpec, spec: TraceSpec, reuse: bool) -> Any:
-    """The model of ``spec`` on fake tensors, its fake mode entered on ``stack``. A zoo model's is built once per
-    process and reused by the next dry runs of the same op and dtype (the last one kept): building it is half or
-    more of a small dry run, and a dry run changes nothing a later one sees (its tiling and slicing are set anew,
-    every patch is undone; the zoo grid re-traced this way equals the cache of fresh builds to the byte)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+def _fake_model(mspec: ModelSpec, spec: TraceSpec, reuse: bool) -> Any:
+    """The model of ``spec`` on the meta device. A zoo model's is built once per process and reused by the next
+    dry runs of the same op and dtype (the last one kept): building it is half or more of a small dry run, and a
+    dry run changes nothing a later one sees (its tiling and slicing are set anew, every patch is undone; the zoo
+    grid re-traced this way equals the cache of fresh builds to the byte)."""
     from vaemem.models.build import build_model
 
     key = (spec.model, spec.op, spec.dtype)
     if reuse and key in _FAKE_MODELS:
-        mode, model = _FAKE_MODELS[key]
-        stack.enter_context(mode)
-        return model
-    mode = stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-    model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=None)
+        return _FAKE_MODELS[key]
+    model = build_model(mspec, spec.op, "meta", spec.dtype, seed=None)
     if reuse:
         _FAKE_MODELS.clear()
-        _FAKE_MODELS[key] = (mode, model)
+        _FAKE_MODELS[key] = model
     return model
 
 
@@ -338,13 +437,14 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
     t0 = time.perf_counter()
     with ExitStack() as stack:
         if fake:
-            model = _fake_model(stack, mspec, spec, config is None)
+            model = _fake_model(mspec, spec, config is None)
         else:
             model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=0)
         configure_tiling(model, mspec, spec.tile, spec.overlap)
         model.use_slicing = spec.slicing  # set either way: a reused model keeps what the last dry run set
         shape = input_shape(mspec, spec.op, spec.width, spec.height, spec.batch, spec.frames)
-        x = torch.zeros(shape, dtype=DTYPES[spec.dtype]) if fake else torch.randn(shape).to(DTYPES[spec.dtype])
+        dtype = DTYPES[spec.dtype]
+        x = torch.zeros(shape, dtype=dtype, device="meta") if fake else torch.randn(shape).to(dtype)
         if spec.conv3d == "decomposed":
             from vaemem.conv3d.patch import decomposed_conv3d
 
@@ -357,9 +457,10 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
         counter = LiveBytes(names)
         counter.exclude([*model.parameters(), *model.buffers(), x])
         stack.enter_context(torch.no_grad())
-        replays = stack.enter_context(_replaying(model, counter)) if replay and spec.tile else []
+        replays = stack.enter_context(_replaying(model, counter)) if replay else []
         if fake:
             stack.enter_context(_fast_masks(model))
+            stack.enter_context(_attention_as_on_cpu())
         split_calls: list[list[int]] = []
         stack.enter_context(_split_convs(model, spec.unsplit, counter, split_calls))
         with counter:
