@@ -263,6 +263,8 @@ def test_fallback_never_prices_below_legacy():
     (dict(backend="onednn"), "allocator native does not run with backend onednn; a CPU backend takes one of: glibc"),
     (dict(backend="onednn", allocator="system"), "allocator system is not the CPU allocator of os linux"),
     (dict(backend="aten", allocator="glibc-fixed", os="windows"), "not the CPU allocator of os windows: system is"),
+    (dict(backend="mps"), "backend mps does not run on os linux: mps runs on darwin only"),
+    (dict(os="darwin"), "backend cudnn does not run on os darwin: the GPU backend of darwin is mps"),
 ])
 def test_errors_are_value_errors_naming_the_valid_choices(kwargs, message):
     args = dict(model="sdxl", op="decode", width=1024, height=1024, dtype="fp16", backend="cudnn",

@@ -35,12 +35,15 @@ def _main(version: bool = typer.Option(False, "--version", "-V", callback=_versi
     """Measure, fit and estimate the working memory of VAE decode and encode."""
 
 
+PIPED_WIDTH = 1000  # columns: wider than any table vaemem prints
+
+
 def _console() -> Any:
     from rich.console import Console
 
     console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(width=max(console.width, 140))
+    if not console.is_terminal:  # piped or captured: every table at its natural width, no cell cut short
+        console = Console(width=PIPED_WIDTH)
     return console
 
 
@@ -645,8 +648,9 @@ def estimate_cmd(
                                **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
         return
     typer.echo(f"{e.bytes / MIB:.0f} MiB for {model} {op} {w}x{h} {dtype} ({e.source}: {e.reason})")
+    floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""  # only where the fallback took it
     typer.echo(f"  group {e.group or '-'}; envelope {e.envelope_bytes / MIB:.0f} MiB, cast {e.cast_bytes / MIB:.0f} "
-               f"MiB, legacy floor {e.floor_bytes / MIB:.0f} MiB, {e.pixels:,} pixels")
+               f"MiB{floor}, {e.pixels:,} pixels")
     if fit is not None:
         untiled = f"untiled {fit['untiled_bytes'] / MIB:.0f} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
         tiles = ", ".join(f"{t}: {b / MIB:.0f}" for t, b in fit["priced"].items()) or "none smaller than the image"

@@ -873,6 +873,9 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"allocator {allocator} does not run with backend {backend}; "
                          f"{'a CPU' if cpu else 'a GPU'} backend takes one of: "
                          f"{', '.join(a for a in ALLOCATORS if (a in CPU_ALLOCATORS) == cpu)}")
+    if not cpu and (backend == "mps") != (os == "darwin"):  # Metal is macOS's GPU backend, and its only one
+        raise ValueError(f"backend {backend} does not run on os {os}: "
+                         f"{'mps runs on darwin only' if backend == 'mps' else 'the GPU backend of darwin is mps'}")
     if cpu and (allocator == "system") == (os == "linux"):
         raise ValueError(f"allocator {allocator} is not the CPU allocator of os {os}: "
                          f"{'glibc or glibc-fixed' if os == 'linux' else 'system'} is")

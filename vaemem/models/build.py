@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from vaemem.estimate import sample_stride
-from vaemem.models.zoo import ModelSpec, get_spec
+from vaemem.models.zoo import LATENT_STRIDE_CLASSES, ModelSpec, get_spec
 
 DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # The decode timestep the LTX-Video 0.9.5 pipelines pass to a timestep-conditioned decoder (its shape, not its
@@ -155,15 +155,25 @@ def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overla
     stride = sample_stride(tile, f, overlap)
     overlap_px = tile - stride
     cls = spec.class_name
+    if cls in LATENT_STRIDE_CLASSES:  # the estimator's stride rule for these is the same list
+        _overlap_factor_tiling(model, cls, tile, f, overlap)
+    elif cls == "AutoencoderKLMiniMaxH3":
+        model.enable_tiling(tile, tile, overlap_px, overlap_px)
+    else:  # Wan, Qwen-Image, HunyuanVideo, LTX, LTX-2, Mochi, DC-AE: min size and stride in sample pixels
+        model.enable_tiling(tile_sample_min_height=tile, tile_sample_min_width=tile,
+                            tile_sample_stride_height=stride, tile_sample_stride_width=stride)
+
+
+def _overlap_factor_tiling(model: nn.Module, cls: str, tile: int, f: int, overlap: float) -> None:
+    """Tiling of the :data:`~vaemem.models.zoo.LATENT_STRIDE_CLASSES`, which take an overlap factor. diffusers'
+    ``enable_tiling`` keeps the model's own value for an argument that is 0 (``arg or self.x``), so the overlap is
+    also set directly: else an overlap of 0 would run at the class default, or at what a reused dry-run model last
+    had."""
     if cls in ("AutoencoderKL", "AutoencoderKLFlux2"):
         model.use_tiling = True
         model.tile_sample_min_size = tile
         model.tile_latent_min_size = tile // f
         model.tile_overlap_factor = overlap
-    elif cls == "AutoencoderKLMiniMaxH3":
-        model.enable_tiling(tile, tile, overlap_px, overlap_px)
-    # diffusers' enable_tiling keeps the model's own value for an argument that is 0 (``arg or self.x``), so an
-    # overlap of 0 is set directly: else it would run at the class default, or at what a reused dry-run model last had
     elif cls == "AutoencoderKLCogVideoX":
         model.enable_tiling(tile, tile, overlap, overlap)
         model.tile_overlap_factor_height = model.tile_overlap_factor_width = overlap
@@ -175,9 +185,8 @@ def configure_tiling(model: nn.Module, spec: ModelSpec, tile: int | None, overla
     elif cls == "AutoencoderKLHunyuanVideo15":
         model.enable_tiling(tile, tile, tile // f, tile // f, overlap)
         model.tile_overlap_factor = overlap
-    else:  # Wan, Qwen-Image, HunyuanVideo, LTX, LTX-2, Mochi, DC-AE: min size and stride in sample pixels
-        model.enable_tiling(tile_sample_min_height=tile, tile_sample_min_width=tile,
-                            tile_sample_stride_height=stride, tile_sample_stride_width=stride)
+    else:
+        raise AssertionError(f"{cls} is in LATENT_STRIDE_CLASSES without a tiling branch here")
 
 
 def input_shape(spec: ModelSpec, op: str, width: int, height: int, batch: int, frames: int) -> tuple[int, ...]:

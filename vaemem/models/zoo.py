@@ -300,14 +300,12 @@ class ModelSpec:
         return dict(self.info.refused_tiled_ops).get(op)
 
     def frames_error(self, frames: int) -> str | None:
-        """Why ``frames`` cannot be a clip of this model (each class's own rule), or None if it can."""
-        if not self.is_video:
-            return None if frames == 1 else f"{self.name} is an image model: it takes one frame, got {frames}"
-        f = self.info.frame_step or self.temporal_factor
-        if frames < 1 or (frames - 1) % f:
-            examples = ", ".join(str(1 + f * k) for k in range(4))
-            return f"{self.name} is causal: frames must be 1 + {f}k ({examples}, ...), got {frames}"
-        return None
+        """Why ``frames`` (a positive integer) cannot be a clip of this model, or None if it can: the estimator's
+        rule (:func:`vaemem.estimate.frames_error`) with this class's frame step."""
+        from vaemem.estimate import frames_error
+
+        return frames_error(self.name, (self.info.frame_step or self.temporal_factor) if self.is_video else None,
+                            frames)
 
     def latent_frames(self, frames: int) -> int:
         """Latent frames of a clip of ``frames`` sample frames (1 for an image model)."""
