@@ -166,6 +166,15 @@ def test_cli_trace_json_and_config_file(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["peak_bytes"] == doc["peak_bytes"]
 
 
+def test_cli_trace_table_piped_keeps_every_cell_whole():
+    """Piped (not a terminal), the table is printed at its natural width: the point key and the module whole."""
+    res = CliRunner().invoke(app, ["trace", "-m", "tiny-wan", "--op", "decode", "--res", "64x48", "--frames", "5",
+                                   "--tile", "32", "--overlap", "0.5"])
+    assert res.exit_code == 0, res.output
+    r = trace(_spec("tiny-wan", "decode", width=64, height=48, frames=5, tile=32, overlap=0.5))
+    assert r.spec.key in res.output and r.peak_module in res.output and "…" not in res.output
+
+
 def test_cli_trace_in_parallel_processes_gives_the_same_dry_runs(tmp_path):
     args = ["trace", "-m", "tiny-kl", "--op", "decode", "--op", "encode", "--res", "64", "--res", "96x64",
             "--attention", "math", "--json"]
