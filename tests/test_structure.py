@@ -52,6 +52,9 @@ def committed_structures():
     ("wan21", "decode", "fp32", 768, 512, 33, 1, 320),     # past the last knot
     ("wan21", "decode", "bf16", 1280, 720, 81, 1, 256),    # far past it: 81 frames (the knots end at 17)
     ("wan22", "decode", "fp32", 1280, 704, 9, 1, 448),
+    ("wan21", "encode", "bf16", 832, 480, 21, 1, 256),     # tiled encode, chunk by chunk as decode
+    ("wan21", "encode", "fp32", 1280, 720, 81, 1, 448),
+    ("qwen-image", "encode", "bf16", 1536, 1024, 1, 1, 256),  # Wan 2.1's layers in an image class
     ("wan22", "decode", "bf16", 4096, 2048, 9, 1, 256),    # the assembly leads: three copies of the clip, as Wan
     # 2.1 shows (0.79x with two)
 ], ids=lambda v: str(v))

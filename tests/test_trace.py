@@ -28,7 +28,7 @@ def _spec(name: str, op: str, **kw) -> TraceSpec:
 @pytest.mark.parametrize("name,op", [(n, op) for n in TINY for op in get_spec(n).ops])
 def test_dry_run_equals_the_same_accounting_on_real_tensors(name, op):
     spec = _spec(name, op)
-    fake, real = trace(spec), trace(spec, fake=False)
+    fake, real = trace(spec), trace(spec, fake=False, replay=False)
     assert fake.peak_bytes == real.peak_bytes > 0
     if op in ("decode", "encode") and "hunyuanvideo-1.5" in name:  # the mask shortcut (fake only), on the math path
         math = TraceSpec(**{**spec.to_dict(), "attention": "math"})
@@ -76,6 +76,48 @@ def test_chunk_replay_of_wans_feature_cache_is_used_and_changes_nothing(spec):
     real = trace(spec, fake=False, replay=False)
     assert replayed.peak_bytes == plain.peak_bytes == real.peak_bytes
     assert replayed.peak_module == real.peak_module
+
+
+def _replayed_peak(fn, calls: int, replay: bool) -> tuple[int, int]:
+    """(peak, replays) of ``calls`` calls of ``fn(x, cache)`` and a ``.contiguous()`` of each output, counted; the
+    contiguous copies are kept, so the last call's sets the peak."""
+    import torch
+
+    from vaemem.tracing.counter import LiveBytes
+    from vaemem.tracing.trace import _Replay
+
+    class Owner:
+        pass
+
+    owner, counter = Owner(), LiveBytes()
+    owner.fn = fn
+    r = _Replay(owner, "fn", counter)
+    call = r if replay else fn
+    x, cache = torch.zeros(64, 64), [None]
+    counter.exclude([x])
+    kept = []
+    with counter:
+        for _ in range(calls):
+            out = call(x, cache)
+            kept.append(out.contiguous())
+            del out
+    return counter.peak, r.replayed
+
+
+@pytest.mark.parametrize("fn,replays", [
+    (lambda x, cache: (x + 1).t(), 2),                           # a transposed output: its strides are recreated
+    (lambda x, cache: torch_cat(x)[1:], 0),                      # a view of a larger storage: never replayed
+    (lambda x, cache: cache.__setitem__(0, (x * 2).t()) or x.sum(0), 1),  # a cache item with its own strides
+], ids=["strided output", "view output", "strided cache item"])
+def test_replay_of_odd_outputs_equals_the_calls_it_replaces(fn, replays):
+    (replayed, n), (plain, _) = _replayed_peak(fn, 3, True), _replayed_peak(fn, 3, False)
+    assert replayed == plain and n == replays
+
+
+def torch_cat(x):
+    import torch
+
+    return torch.cat([x, x])
 
 
 def test_sdpa_on_meta_tensors_allocates_what_the_cpu_allocates():

@@ -10,7 +10,9 @@ Why build on the meta device: the default initialisers (kaiming on 400M paramete
 a CPU and would run again in every fresh process. Parameters are created on ``meta`` (shape only), the half of
 the model the op does not use is dropped, and the rest is allocated on the target device and filled in place
 from a seeded CPU generator (in place, so no freed temporaries sit in the allocator's cache at baseline).
-Buffers are built for real (they are small and some are computed, e.g. rotary frequencies).
+Buffers are built for real (they are small and some are computed, e.g. rotary frequencies), then moved to the
+target device; for the dry run that is the meta device too, where their values are gone (nothing reads them for
+a shape).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A ``TorchDispatchMode`` sees the output of every aten op. Each new storage is counted once (views and in-place
 results share their input's storage) and a weak reference on it subtracts its bytes when the last tensor using it
 dies (PyTorch keeps one Python object per live storage, so the reference dies with the storage). The same counter
-runs on fake tensors (the dry run) and on real CPU tensors (the known answer the tests compare against).
+runs on meta tensors (the dry run) and on real CPU tensors (the known answer the tests compare against).
 
 Storages that exist before the counter starts (weights, the op's input) are not counted: as in a measurement,
 they are part of the baseline. Global module hooks keep a stack of module names, so the peak can say where it

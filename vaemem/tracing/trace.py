@@ -10,8 +10,9 @@ kernel choice (:func:`_attention_as_on_cpu`). Meta tensors replaced ``FakeTensor
 to be on the CPU), whose Python dispatch cost about 0.2 ms an op here; the whole zoo grid gives the same bytes
 either way (``benchmarks/trace_speed.py --zoo`` compares every dry run with the committed cache).
 
-Speed: a tiled op calls its decoder (or encoder) once per tile with mostly equal tile shapes, and Wan's decoder
-and encoder run once per chunk of a clip; a naive dry run pays one Python pass per call. A call whose arguments
+Speed: a tiled op calls its decoder (or encoder) once per tile with mostly equal tile shapes, Wan's decoder and
+encoder run once per chunk of a clip, and a sliced batch once per item; a naive dry run pays one Python pass per
+call. A call whose arguments
 are tensors, scalars and lists of them is replayed for the next call of the same signature: the counter is raised
 by the first call's inner peak and what the call left alive is created anew, with the same shapes (its output,
 and the tensors it put into a list argument: Wan's feature cache, whose items before the call are part of the
@@ -209,8 +210,10 @@ class _Replay:
         if not isinstance(out, torch.Tensor):
             return None
         same = [i for i, a in enumerate(values) if a is out]
+        if not same and not _dense(out):
+            return None  # a view of a larger storage (a frame dropped from a concatenation): not recreated
         created = [] if same else [out]
-        changes = []  # (value index, item index, ("T", shape, dtype) or ("V", value))
+        changes = []  # (value index, item index, ("T", shape, stride, dtype, device) or ("V", value))
         for i, items in lists:
             now = values[i]
             if len(now) != len(items):
@@ -219,11 +222,10 @@ class _Replay:
                 if new is old():
                     continue
                 if isinstance(new, torch.Tensor):
-                    if not (new.storage_offset() == 0
-                            and new.untyped_storage().nbytes() == new.numel() * new.element_size()):
-                        return None  # a view of a larger storage: replaying that is not worth the risk
+                    if not _dense(new):
+                        return None
                     created.append(new)
-                    changes.append((i, j, ("T", tuple(new.shape), new.stride(), new.dtype)))
+                    changes.append((i, j, ("T", tuple(new.shape), new.stride(), new.dtype, new.device)))
                 elif self._item(new) is not None:
                     changes.append((i, j, ("V", new)))
                 else:
@@ -232,30 +234,39 @@ class _Replay:
         new = {k for k, ref in self.counter._refs.items() if live_before.get(k) is not ref}
         if len(set(keys)) != len(keys) or new != set(keys):
             return None  # it left alive something else, or shares storages: not shapes alone
-        result = ("arg", same[0]) if same else ("new", (tuple(out.shape), out.dtype))
-        return (*peaks, result, tuple(changes), left, out.device)
+        result = ("arg", same[0]) if same else ("new", (tuple(out.shape), out.stride(), out.dtype, out.device))
+        return (*peaks, result, tuple(changes), left)
 
     def _replay(self, entry: tuple, values: list[Any]) -> Any:
-        """Raise the counter by the recorded inner peak, then create what the call left alive."""
+        """Raise the counter by the recorded inner peak, then create what the call left alive: the list items it
+        replaced are dropped first, so the recreation never holds old and new together (the inner peak covers
+        whatever order the call itself took)."""
         import torch
 
-        inner, attention, where, (kind, payload), changes, left, device = entry
+        inner, attention, where, (kind, payload), changes, left = entry
         c = self.counter
         before = c.current
         c.bump(inner, where, attention)
         self.replayed += 1
+        for i, j, _ in changes:
+            values[i][j] = None
+        for i, j, (what, *spec) in changes:  # spec: (shape, stride, dtype, device) of a tensor, or (value,)
+            values[i][j] = (torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=spec[3]) if what == "T"
+                            else spec[0])
         if kind == "arg":
             out = values[payload]
         else:
-            shape, dtype = payload
-            out = torch.empty(shape, dtype=dtype, device=device)
-        for i, j, (what, *spec) in changes:  # spec: (shape, stride, dtype) of a tensor, or (value,)
-            values[i][j] = (torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=device) if what == "T"
-                            else spec[0])
+            shape, stride, dtype, device = payload
+            out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
         if c.current - before != left:  # an old item still referenced elsewhere: the call was not shapes alone
-            raise RuntimeError(f"replay of {self.attr} left {c.current - before} bytes where its first call left "
-                               f"{left}")
+            raise VaememError(f"internal error, a vaemem bug: the replay of {self.attr} left {c.current - before} "
+                              f"bytes where its first call left {left}; trace(..., replay=False) avoids it")
         return out
+
+
+def _dense(t: Any) -> bool:
+    """``t`` owns its whole storage (no view of a larger one), whatever its strides."""
+    return t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
 def _mask_without_loop(n_frame: int, n_hw: int, dtype: Any, device: Any, batch_size: int | None = None) -> Any:
@@ -408,9 +419,9 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
     """Dry-run ``spec`` (a zoo model, or any supported diffusers VAE ``config`` under the name ``spec.model``).
 
     ``fake=False`` runs the same accounting on real CPU tensors with seeded weights: the known answer the tests
-    compare the dry run against (affordable for tiny models only). ``replay=False`` turns tile replay off. A
-    ``config`` diffusers cannot build or run raises VaememError with diffusers' reason (a zoo model's error is a
-    bug and propagates).
+    compare the dry run against (affordable for tiny models only). ``replay=False`` turns replay off (of tiles,
+    of Wan's chunks and of the items of a sliced batch). A ``config`` diffusers cannot build or run raises
+    VaememError with diffusers' reason (a zoo model's error is a bug and propagates).
     """
     if config is None:
         return _trace(spec, None, fake, replay)
