@@ -12,13 +12,13 @@ either way (``benchmarks/trace_speed.py --zoo`` compares every dry run with the 
 
 Speed: a tiled op calls its decoder (or encoder) once per tile with mostly equal tile shapes, Wan's decoder and
 encoder run once per chunk of a clip, and a sliced batch once per item; a naive dry run pays one Python pass per
-call. A call whose arguments
-are tensors, scalars and lists of them is replayed for the next call of the same signature: the counter is raised
-by the first call's inner peak and what the call left alive is created anew, with the same shapes (its output,
-and the tensors it put into a list argument: Wan's feature cache, whose items before the call are part of the
-signature). That is exact whenever the module's memory depends on those shapes alone (true of convolutional
-stacks); a call that leaves alive anything else, or passes a dict or an object, is never replayed. The tests
-compare replayed dry runs with the same accounting on real tensors.
+call. A call whose arguments are tensors, scalars and lists of them is replayed for the next call of the same
+signature: the counter is raised by the first call's inner peak and what the call left alive is created anew,
+with the same shapes and strides (its output, and the tensors it put into a list argument: Wan's feature cache,
+whose items before the call are part of the signature). That is exact whenever the module's memory depends on
+those shapes alone (true of convolutional stacks); a call that leaves alive anything else or a view of a larger
+storage, or is passed a dict or an object, is never replayed. The tests compare replayed dry runs with the same
+accounting on real tensors.
 
 One more shortcut, in the dry run only: HunyuanVideo 1.5 builds its causal attention mask token by token, an
 in-place write per token that allocates nothing (tens of thousands of Python-level ops at 1024 px). Its values
@@ -320,6 +320,8 @@ def _attention_as_on_cpu() -> Iterator[None]:
             if attn_mask is not None and attn_mask.dtype == torch.bool:
                 attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(attn_mask.logical_not(),
                                                                                        float("-inf"))
+            # (the flash meta function skips SDPA's input checks: a mask of another float dtype than the query
+            # runs here where the CPU refuses it; no diffusers VAE passes one)
             if choose.redispatch(cpu, query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                                  enable_gqa=enable_gqa) == SDPBackend.FLASH_ATTENTION.value:
                 return flash(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
@@ -370,7 +372,8 @@ def _split_convs(model: Any, unsplit: bool, counter: Any, calls: list[list[int]]
 
 @contextmanager
 def _replaying(model: Any, counter: Any) -> Iterator[list[_Replay]]:
-    """Replay the decoder and encoder (per tile, and per chunk of a clip) and the blend helpers of a tiled op."""
+    """Replay the decoder and encoder (per tile, per chunk of a clip, per item of a sliced batch) and the blend
+    helpers of a tiled op."""
     replays = []
     for name in ("decoder", "encoder"):
         sub = getattr(model, name, None)
