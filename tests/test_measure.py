@@ -745,3 +745,22 @@ def test_the_worker_runs_task_kinds_from_a_table_and_refuses_others(tmp_path):
     worker.run(json.dumps({"kind": "sing"}), str(out), 0.0)
     result = json.loads(out.read_text())
     assert result["status"] == "error" and "unknown task kind 'sing'; known: measure, conv3d" in result["error"]
+
+
+def test_a_cpu_points_allocator_must_be_the_hosts():
+    """glibc's settings exist on Linux only: elsewhere a CPU point takes the system's allocator, and a Linux host
+    refuses 'system' (its runs would be recorded under an allocator that never ran)."""
+    from vaemem.measuring.parent.runner import check_options
+    from vaemem.measuring.point import default_allocator
+
+    glibc = build_grid(["tiny-kl"], ["decode"], ["fp32"], ["64"], allocators=["glibc-fixed"])
+    system = build_grid(["tiny-kl"], ["decode"], ["fp32"], ["64"], allocators=["system"])
+    with pytest.raises(VaememError, match="allocator glibc-fixed is not the CPU allocator of os windows: system is"):
+        check_options(glibc, 1, "spawn", 10.0, None, os="windows")
+    with pytest.raises(VaememError, match="allocator system is not the CPU allocator of os linux: glibc or glibc"):
+        check_options(system, 1, "spawn", 10.0, None, os="linux")
+    check_options(glibc, 1, "spawn", 10.0, None, os="linux")
+    check_options(system, 1, "spawn", 10.0, None, os="darwin")
+    assert (default_allocator("cpu", "windows"), default_allocator("cpu", "linux"),
+            default_allocator("cuda:0", "windows")) == ("system", "glibc", "native")
+    assert allocators.startup_env("system") == {}  # the OS's own malloc, as it comes

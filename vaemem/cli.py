@@ -94,7 +94,7 @@ def measure(
     conv3d_path: str = typer.Option("native", "--conv3d", help="native, or decomposed (conv3d as conv2d: Wan, "
                                     "MiniMax-H3)"),
     allocator: list[str] = typer.Option([], "--allocator", help="native, cudaMallocAsync, expandable, "
-                                        "expandable-off (GPU); glibc, glibc-fixed (CPU). Repeatable"),
+                                        "expandable-off (GPU); glibc, glibc-fixed (CPU, Linux); system (CPU elsewhere). Repeatable"),
     sweep: Optional[Path] = typer.Option(None, "--sweep", help="a sweep file (TOML or JSON) instead of grid options"),
     runs: int = typer.Option(2, help="fresh-process runs per point"),
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps, xpu"),
@@ -364,7 +364,9 @@ def plan(
             raise VaememError(f"bad device {device!r}; choose one of: {', '.join(pt.DEVICE_TYPES)} (cuda:N too)")
         ops = op or list(pt.OPS)
         dtypes = dtype or (["fp32"] if kind == "cpu" else ["bf16"])
-        allocs = allocator or [pt.default_allocator(device) if kind != "cpu" else "glibc-fixed"]
+        # a CPU plan calibrates glibc-fixed on Linux (default glibc varies 25 % between processes)
+        default = pt.default_allocator(device)
+        allocs = allocator or ["glibc-fixed" if default == "glibc" else default]
         for name, values, valid in (("op", ops, pt.OPS), ("dtype", dtypes, pt.DTYPES)):
             bad = [v for v in values if v not in valid]
             if bad:

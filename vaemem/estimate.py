@@ -876,9 +876,18 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
     if not cpu and (backend == "mps") != (os == "darwin"):  # Metal is macOS's GPU backend, and its only one
         raise ValueError(f"backend {backend} does not run on os {os}: "
                          f"{'mps runs on darwin only' if backend == 'mps' else 'the GPU backend of darwin is mps'}")
-    if cpu and (allocator == "system") == (os == "linux"):
-        raise ValueError(f"allocator {allocator} is not the CPU allocator of os {os}: "
-                         f"{'glibc or glibc-fixed' if os == 'linux' else 'system'} is")
+    problem = cpu_allocator_error(allocator, os) if cpu else None
+    if problem:
+        raise ValueError(problem)
+
+
+def cpu_allocator_error(allocator: str, os: str) -> str | None:
+    """Why a CPU ``allocator`` is not the one of ``os`` (glibc's on Linux, the system's elsewhere), or None. The
+    measuring side refuses the same points before a sweep."""
+    if (allocator == "system") == (os == "linux"):
+        return (f"allocator {allocator} is not the CPU allocator of os {os}: "
+                f"{'glibc or glibc-fixed' if os == 'linux' else 'system'} is")
+    return None
 
 
 def _model(coef: dict, model: object) -> dict:

@@ -18,7 +18,7 @@ from vaemem.models.zoo import ModelSpec, get_spec, registry
 OPS = ("decode", "encode")
 DTYPES = ("fp16", "bf16", "fp32")
 GPU_ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off")
-CPU_ALLOCATORS = ("glibc", "glibc-fixed")
+CPU_ALLOCATORS = ("glibc", "glibc-fixed", "system")  # glibc's on Linux, the system's elsewhere (checked per host)
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 CONV3D = ("native", "decomposed")
 DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
@@ -114,8 +114,14 @@ def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: o
         raise VaememError(f"slicing is true or false, got {slicing!r}")
 
 
-def default_allocator(device: str) -> str:
-    return "glibc" if device.split(":")[0] == "cpu" else "native"
+def default_allocator(device: str, os: str | None = None) -> str:
+    """The allocator a point on ``device`` gets when none is asked for: on the CPU, the one of ``os`` (default: this
+    host's), glibc's on Linux and the system's elsewhere."""
+    if device.split(":")[0] != "cpu":
+        return "native"
+    from vaemem.measuring.child.rig import os_name
+
+    return "glibc" if (os or os_name()) == "linux" else "system"
 
 
 def parse_res(text: str) -> tuple[int, int]:

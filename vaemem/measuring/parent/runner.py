@@ -175,9 +175,18 @@ def plan(points: Sequence[Point], runs: int, done: set[tuple[str, int]], force: 
 
 
 def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: float,
-                  devices: Sequence[int] | None) -> None:
-    """Refuse bad sweep options before anything starts."""
+                  devices: Sequence[int] | None, os: str | None = None) -> None:
+    """Refuse bad sweep options before anything starts; ``os`` is this host's (default: detected): a CPU point's
+    allocator must be that OS's, else its runs would be recorded under an allocator that never ran."""
+    from vaemem.estimate import cpu_allocator_error
+    from vaemem.measuring.child.rig import os_name
     from vaemem.measuring.plumbing.launcher import LAUNCHERS
+
+    host = os or os_name()
+    for p in points:
+        problem = cpu_allocator_error(p.allocator, host) if p.device_type == "cpu" else None
+        if problem:
+            raise VaememError(f"{p.key}: {problem}")
 
     if runs < 1:
         raise VaememError(f"--runs must be at least 1, got {runs}")
