@@ -1010,10 +1010,10 @@ class _Plan:
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
-        # tiled video without a dry-run structure (all but Wan's decode): its untiled price is an upper bound
-        # (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles and 2413 with
-        # 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would price the
-        # frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
+        # tiled video without a dry-run structure (all but Wan's decode and Wan 2.1's encode): its untiled price is
+        # an upper bound (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles
+        # and 2413 with 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would
+        # price the frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
         if tiled and s is None and not self.image and structures.get(structure_key(arch, op, dtype, False)):
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
@@ -1142,9 +1142,9 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (tiled video but Wan's decode, an architecture never dry-run, a tile below the
-    structure's ``tile_min``). ``coef``: what ``coefficients=``
-    takes elsewhere (None: the packaged file). On the math attention path: ``max(fused peak, attention peak)``
+    structure covers the request (tiled video but Wan's decode and Wan 2.1's encode, an architecture never
+    dry-run, a tile below the structure's ``tile_min``). ``coef``: what ``coefficients=`` takes elsewhere (None:
+    the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
     outputs. A request no model could run raises ValueError."""
     if type(slicing) is not bool:

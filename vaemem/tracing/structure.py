@@ -15,8 +15,8 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   the largest of the three sizes up 16x in area: at the sizes apps run a term the small sizes barely see can lead
   (HunyuanVideo's causal mask in encode, Mochi's and CogVideoX's convolutions), and one fit through 64-256 px
   under-priced them by up to a third.
-* Tiled (images, decode and encode; Wan's video decode), the peak follows diffusers' loop: each tile's working
-  set grows with its own area, and every finished tile is kept until the blend, so
+* Tiled (images, decode and encode; Wan's video decode, and Wan 2.1's encode), the peak follows diffusers' loop:
+  each tile's working set grows with its own area, and every finished tile is kept until the blend, so
   ``peak = max(max over tiles (a x its area + s x the area of the tiles finished before it), s x the area of all
   tiles + o x width x height) + base``, the second term the assembly (the rows and the output concatenated while
   every tile is kept: it leads for images many tiles wide, :data:`TILE_ASSEMBLY`), the tiles as the
@@ -26,8 +26,8 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   168 of a larger grid (1-33 frames); the basis it replaces (one tile, the tile count and the output area) was
   0.8 % off for images and 2.7 % for Wan's clips. 128 and 192 px tiles are exact too (SD1.5 decode), 64 px ones
   miss (0.73x), so it records ``tile_min`` (the grid's 256 px) and the estimator prices no smaller tile. Wan's tiled
-  decode (:data:`TILED_VIDEO_OPS`) has (a, s, o, base) at each of its frame knots (:data:`TILE_GRID_VIDEO`),
-  linear in frames between knots and along the last segment past it: each tile's clip is decoded chunk by chunk,
+  clips (:data:`TILED_VIDEO_OPS`) have (a, s, o, base) at each of their frame knots (:data:`TILE_GRID_VIDEO`),
+  linear in frames between knots and along the last segment past it: each tile's clip is run chunk by chunk,
   so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). Other tiled video is not structured
   (priced from its own measured points, else untiled: an upper bound).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
@@ -65,6 +65,7 @@ from vaemem.models.zoo import ModelSpec, get_spec, registry
 from vaemem.tracing.trace import TraceSpec
 
 STRUCTURE_DTYPES = ("fp32", "bf16")  # fp16 is priced by the bf16 structure (identical dry runs)
+GRID_OVERLAP = 0.25  # the tile overlap of every tiled dry run of the grid (diffusers' default, TraceSpec's)
 TILE_GRID = ((256, 768, 512), (256, 1024, 1024), (320, 1024, 768), (384, 1024, 768), (384, 768, 768),
              (512, 1024, 768), (512, 1280, 1024))  # (tile, width, height)
 TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
@@ -177,11 +178,11 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], factor: in
     def fit(at: list[tuple[float, float]]) -> tuple[list[float], float]:
         c = _solve([[a, st, 1.0] for a, st in at], ys)
         c = [max(c[0], 0.0), max(c[1], 0.0), c[2]]
-        peaks = [est.tiled_peak_terms(w, h, t, factor, 0.25, c[0], c[1], rule)[:2] for w, h, t in points]
+        peaks = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule)[:2] for w, h, t in points]
         return c, max(abs(a * c[0] + st * c[1] + c[2] - y) / y for (a, st), y in zip(peaks, ys))
 
     def last(w: int, h: int, t: int) -> tuple[float, float]:
-        rows, cols = est.tile_sides(w, h, t, factor, 0.25, rule)
+        rows, cols = est.tile_sides(w, h, t, factor, GRID_OVERLAP, rule)
         total = float(sum(rows) * sum(cols))
         return float(rows[-1] * cols[-1]), total - rows[-1] * cols[-1]
 
@@ -191,7 +192,7 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], factor: in
         c, err = fit(at)
         if err < best_err:
             best, best_err = c, err
-        moved = [est.tiled_peak_terms(w, h, t, factor, 0.25, c[0], c[1], rule)[:2] for w, h, t in points]
+        moved = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule)[:2] for w, h, t in points]
         if moved == at:
             break
         at = moved
@@ -206,7 +207,7 @@ def _assembly(peak: float, point: tuple, factor: int, rule: str, a: float, s: fl
     two for SD1.5, FLUX.1 and .2, CogView4, HunyuanImage and SANA decode (24 B/px in fp32, a 12 B/px output),
     three for Wan (its clamp)."""
     w, h, _, t = point
-    area, stored, total = est.tiled_peak_terms(w, h, t, factor, 0.25, a, s, rule)
+    area, stored, total = est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, a, s, rule)
     if peak > (a * area + s * stored + base) * (1 + 1e-4):
         return math.ceil((peak - base - s * total) / (w * h) * 1000) / 1000
     return None
@@ -274,7 +275,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     for e in entries:
         s = e["spec"]
         if (s["model"], s["op"], s["dtype"], bool(s["tile"])) == (name, op, dtype, tiled) and s["batch"] == 1 \
-                and s["overlap"] == 0.25 and s["attention"] == attention and not s["slicing"] \
+                and s["overlap"] == GRID_OVERLAP and s["attention"] == attention and not s["slicing"] \
                 and s["conv3d"] == "native" and s.get("unsplit", False) == unsplit:
             k = (s["width"], s["height"], s["frames"], s["tile"])
             peaks[k], outputs[k], splits[k] = e[value], e.get("output_bytes"), e.get("split_convs", [])
@@ -298,7 +299,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                 if o is None:
                     raise ValueError(f"{name} {op} {dtype}: the assembly's dry run records no output bytes")
                 c[2] = math.ceil(spec.info.tiled_output_copies * o * 1000 - 1e-6) / 1000
-        out = {"kind": "tiled", "overlap": 0.25, "spatial_factor": f, "stride_rule": rule,
+        out = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": f, "stride_rule": rule,
                "tile_min": min(t for *_, t in wanted), "knots": knots, "coef": coef}
     else:
         knots = frame_knots(spec)
