@@ -3,6 +3,8 @@
 
     python benchmarks/structure_check.py            # every video architecture, one process
     python benchmarks/structure_check.py mochi      # one architecture
+    python benchmarks/structure_check.py --tiled    # tiled: 256 px tiles at 832x480, 384 px at 1280x704, for
+                                                    # every video architecture with a tiled structure
 
 Prints one row per point: the fresh dry-run peak, the structure's price and their ratio (under 1: the structure
 under-prices the dry run). None of these points is in the structure's grid.
@@ -18,6 +20,7 @@ from vaemem.models.zoo import get_spec, registry
 from vaemem.tracing.trace import TraceSpec, trace
 
 SIZES = ((832, 480), (1280, 704))
+TILES = {(832, 480): 256, (1280, 704): 384}  # --tiled
 FRAMES = (25, 49, 85, 121)
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +30,7 @@ def _frames(spec, want: int) -> int:
     return 1 + s * max(1, round((want - 1) / s))
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], tiled: bool) -> None:
     doc = est.load(ROOT / "vaemem" / "coefficients.json")
     names = names or [n for n, s in registry().items() if s.is_video and not s.tiny and s.architecture == n]
     worst = (2.0, "")
@@ -35,17 +38,20 @@ def main(names: list[str]) -> None:
     for name in names:
         spec = get_spec(name)
         for op in spec.ops:
-            s = doc["structures"][est.structure_key(name, op, "bf16", False)]
+            s = doc["structures"].get(est.structure_key(name, op, "bf16", tiled))
+            if s is None:
+                continue
             for w, h in SIZES:
+                t = TILES[(w, h)] if tiled else None
                 for f in sorted({_frames(spec, x) for x in FRAMES}):
-                    fresh = trace(TraceSpec(name, op, "bf16", w, h, frames=f)).peak_bytes
-                    priced = est.structure_bytes(s, w, h, 1, f, None)
+                    fresh = trace(TraceSpec(name, op, "bf16", w, h, frames=f, tile=t)).peak_bytes
+                    priced = est.structure_bytes(s, w, h, 1, f, t)
                     r = priced / fresh
-                    label = f"{name} {op} {w}x{h}x{f}"
+                    label = f"{name} {op} {w}x{h}x{f}" + (f" t{t}" if t else "")
                     worst = min(worst, (r, label))
                     print(f"{label:55s} {fresh / 2**20:10.0f} {priced / 2**20:10.0f} {r:6.3f}", flush=True)
     print(f"lowest ratio: {worst[0]:.3f} ({worst[1]})")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main([a for a in sys.argv[1:] if a != "--tiled"], "--tiled" in sys.argv[1:])

@@ -131,22 +131,32 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
 
 
 def test_tiled_video_without_a_structure_is_priced_untiled():
-    """HunyuanVideo's tiling has no structure (it also tiles in time): the fallback prices the untiled request
-    (an upper bound), not the legacy rule with frames as pixels (several times it with 512 px tiles)."""
-    kw = dict(frames=81, dtype="bf16", backend="cudnn", allocator="native", os="linux")
-    untiled = est.working_memory_bytes("hunyuanvideo", "decode", 832, 480, **kw)
+    """Mochi's tiling has no structure (its tiles' whole clips split convolutions): the fallback prices the
+    untiled request (an upper bound), not the legacy rule with frames as pixels. Wan 2.2's tiled encode has none
+    either, and its untiled encode was measured here."""
+    kw = dict(frames=85, dtype="bf16", backend="cudnn", allocator="native", os="linux")
+    untiled = est.working_memory_bytes("mochi", "decode", 848, 480, **kw)
     for tile in (256, 512):
-        e = est.explain("hunyuanvideo", "decode", 832, 480, tile=tile, **kw)
+        e = est.explain("mochi", "decode", 848, 480, tile=tile, **kw)
         assert e.source == "fallback" and e.bytes == untiled and "priced as the untiled request, an upper bound" in e.reason
-    legacy = est.legacy_bytes("decode", 832, 480, dtype="bf16", backend="cudnn", sd_family=False, frames=81,
-                              tile=512)
-    assert legacy > 2 * untiled  # what it was priced at before (2.6x)
     cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")  # untiled measured
-    whole = est.explain("hunyuanvideo", "decode", 512, 512, **cpu)
-    tiled = est.explain("hunyuanvideo", "decode", 512, 512, tile=256, **cpu)
+    whole = est.explain("wan22", "encode", 512, 512, **cpu)
+    tiled = est.explain("wan22", "encode", 512, 512, tile=256, **cpu)
     assert (tiled.bytes, tiled.source, tiled.group) == (whole.bytes, "measured", whole.group)
     assert tiled.reason == whole.reason + "; tiled video has no dry-run structure: priced as the untiled request, " \
         "an upper bound"
+
+
+def test_a_tile_past_the_structures_largest_is_refused_and_skipped():
+    """HunyuanVideo's tiled structure stops at its grid's 512 px tiles (past about 1100 px its causal mask leads
+    and the basis under-prices: 0.66x at 1280 px): a larger tile is refused, not priced; largest_tile skips it."""
+    kw = dict(frames=17, dtype="bf16", backend="cudnn", allocator="native", os="linux")
+    assert est.working_memory_bytes("hunyuanvideo", "decode", 2560, 1280, tile=512, **kw) > 0
+    with pytest.raises(ValueError, match="priced tiled up to 512 px tiles"):
+        est.working_memory_bytes("hunyuanvideo", "decode", 2560, 1280, tile=1024, **kw)
+    assert est.dry_run_bytes(None, "hunyuanvideo", "decode", 2560, 1280, dtype="bf16", frames=17, tile=1024) is None
+    r = est.largest_tile("hunyuanvideo", "decode", 2560, 1280, 10 ** 13, **kw)
+    assert r["tile"] == 512 and max(r["priced"]) == 512
 
 
 def test_the_reason_states_every_term_it_adds():
@@ -284,7 +294,7 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
     assert est.working_memory_bytes("sdxl", "decode", 512, 512, **kw) == first
     est.clear_cache()
     path.write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
-    with pytest.raises(ValueError, match="newer than the one this estimator reads"):
+    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-4\)"):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
@@ -396,7 +406,16 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "sd15/decode/fp32/tiled", "coef"), [[0, 0, 0, -1]], "with 256 px tiles at zero or less"),
     (("structures", "sd15/decode/fp32/tiled", "coef"), [0, 0, 0, -1], "coef must be 1 lists (one per knot)"),
     (("structures", "sd15/decode/fp32/tiled", "coef"), [[-1, 0, 0, 1e9]], "bytes per tile pixel >= 0"),
-    (("structures", "sd15/decode/fp32/tiled", "coef"), [[3072, 12, 24, 0, 0]], "per output pixel in the assembly"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[3072, 12, 24, 0, 0, 0]], "per output pixel in the assembly"),
+    (("structures", "sd15/decode/fp32/tiled", "coef"), [[3072, 12, 24, 0, -1e-6]], "per squared tile pixel >= 0"),
+    (("structures", "hunyuanvideo/decode/bf16/tiled", "windows", "op"), "both", 'windows.op must be "decode"'),
+    (("structures", "hunyuanvideo/decode/bf16/tiled", "windows", "stride_frames"), 20,
+     "windows.stride_frames must be at most frames"),
+    (("structures", "hunyuanvideo/encode/bf16/tiled", "windows", "bytes_per_pixel_frame"), -1,
+     "bytes_per_pixel_frame"),
+    (("structures", "hunyuanvideo/decode/bf16/tiled", "windows", "stride_frames"), 2,
+     "windows.stride_frames must be a multiple of temporal_factor 4"),
+    (("structures", "hunyuanvideo/decode/bf16/tiled", "tile_max"), 128, "tile_max must be an int >= tile_min"),
     (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "px", 'stride_rule must be "latent", "pixel" or "sample"'),
     (("structures", "wan21/decode/bf16/tiled", "knots"), [1, 5], "coef must be 2 lists (one per knot)"),
     (("structures", "wan21/decode/bf16/tiled", "coef", -1), [0, 0, 0, -1], "x 17 frames with 256 px tiles at zero"),

@@ -57,6 +57,13 @@ def committed_structures():
     ("qwen-image", "encode", "bf16", 1536, 1024, 1, 1, 256),  # Wan 2.1's layers in an image class
     ("wan22", "decode", "bf16", 4096, 2048, 9, 1, 256),    # the assembly leads: three copies of the clip, as Wan
     # 2.1 shows (0.79x with two)
+    ("ltx-video", "decode", "bf16", 768, 512, 121, 1, 256),  # LTX tiles in space only: each tile's whole clip
+    ("ltx-video", "decode", "fp32", 1216, 704, 97, 1, 512),  # the assembly leads at small images too
+    ("ltx-video", "encode", "bf16", 1024, 576, 161, 1, 256),
+    ("ltx-2", "decode", "bf16", 768, 512, 121, 1, 256),
+    ("ltx-2", "encode", "fp32", 1280, 704, 49, 1, 384),
+    ("hunyuanvideo", "decode", "bf16", 848, 480, 61, 1, 256),  # six temporal windows, each tiled
+    ("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384),
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
                                                                    frames, batch, tile):
@@ -240,6 +247,71 @@ def test_a_tiled_video_structure_recovers_its_basis_at_every_frame_knot():
         for w, h, t in ((1024, 768, 384), (4096, 2048, 256)):
             assert est.structure_bytes(s, w, h, 1, frames, t) == pytest.approx(peak(w, h, t, frames), rel=1e-6)
     assert est.structure_bytes(s, 1024, 768, 2, 13, 384) == pytest.approx(2 * peak(1024, 768, 384, 13), rel=1e-6)
+
+
+def test_a_tiled_structure_reads_where_each_dry_run_peaks_from_its_module():
+    """Known answer, LTX-Video's fp32 decode (its real a, s and o at 17 frames: 2480, 204, 408 B/px): the
+    assembly leads at small images too, so a knot has more assembly points than the grid's last one. The dry runs
+    say which (a peak outside every module is the tiling code's own), and the fit reads them: exact at every knot,
+    and at sizes, tiles and clips the grid never traced."""
+    def coef(frames):
+        return 137.0 * frames + 151, 12.0 * frames, 24.0 * frames, 0.0
+
+    def peak(w, h, t, frames):
+        a, s_, o, base = coef(frames)
+        area, stored, total = est.tiled_peak_terms(w, h, t, 32, 0.25, a, s_, "sample")
+        loop, assembly = a * area + s_ * stored, s_ * total + o * w * h
+        return max(loop, assembly) + base, "(top level)" if assembly > loop else "decoder.up_blocks.3"
+
+    entries = []
+    for g in grid("ltx-video", "decode", "fp32", True):
+        p, module = peak(g.width, g.height, g.tile, g.frames)
+        entries.append({"spec": g.to_dict(), "peak_bytes": p, "peak_module": module,
+                        "output_bytes": 12 * g.frames * g.width * g.height})
+    knots = {e["spec"]["frames"] for e in entries}
+    assert sum(e["peak_module"] == "(top level)" for e in entries) > len(knots)  # more than one point a knot
+    s = derive(entries, "ltx-video", "decode", "fp32", True)
+    assert s["max_rel_error_in_sample"] < 1e-6
+    for fr, c in zip(s["knots"], s["coef"]):
+        assert c == pytest.approx(list(coef(fr)), rel=1e-6, abs=1e-3)
+    for w, h, frames, t in ((768, 512, 121, 256), (1216, 704, 97, 512), (4096, 2048, 25, 320)):
+        assert est.structure_bytes(s, w, h, 1, frames, t) == pytest.approx(peak(w, h, t, frames)[0], rel=1e-6)
+
+
+@pytest.mark.slow  # 30 dry runs of the grid each (the committed structures' windows are checked unmarked, above)
+@pytest.mark.parametrize("op", ["decode", "encode"])
+def test_a_tiled_clip_in_temporal_windows_is_priced_window_by_window(op):
+    """HunyuanVideo runs a clip of more than 16 frames in 17-frame windows 12 apart, each tiled in space, and keeps
+    every window's output until the end. Its tiled structure is traced with the windows off at every window length
+    (1-17 frames); the estimator's windows on top of it reproduce fresh dry runs of windowed clips, tiles and sizes
+    the grid never traced. diffusers' window defaults are the zoo's."""
+    from vaemem.models.build import build_model
+
+    name = "tiny-hunyuanvideo"
+    model = build_model(name, op, "meta", "fp32", seed=None)
+    assert (model.tile_sample_min_num_frames, model.tile_sample_stride_num_frames) == \
+        get_spec(name).info.temporal_windows == (16, 12)
+    s = derive(_entries(grid(name, op, "fp32", True)), name, op, "fp32", True)
+    assert s["knots"] == [1, 5, 9, 13, 17] and s["windows"]["frames"] == 16
+    for w, h, frames, t in ((640, 384, 61, 256), (832, 480, 29, 320), (1024, 576, 21, 512)):
+        fresh = trace(TraceSpec(name, op, "fp32", w, h, frames=frames, tile=t))
+        priced = est.structure_bytes(s, w, h, 1, frames, t)
+        assert priced == pytest.approx(fresh.peak_bytes, rel=0.01)
+        assert est.structure_bytes(s, w, h, 2, frames, t) == 2 * priced
+    whole = {k: v for k, v in s.items() if k != "windows"}  # the windows matter: the clip run whole is far off
+    assert est.structure_bytes(whole, 640, 384, 1, 61, 256) > 1.5 * est.structure_bytes(s, 640, 384, 1, 61, 256)
+
+
+def test_temporal_windows_follow_diffusers_loops():
+    """Known answers, HunyuanVideo's 16 / 12 windows: a decode of 61 frames (16 latent frames) runs windows from
+    latent frames 0, 3, ..., 15, the last one a single frame whose output adds nothing; an encode of 17 frames two
+    windows (17 and 5 frames); the kept parts add up to the clip."""
+    dec = est.temporal_windows(True, 16, 12, 4, 61)
+    assert [n for n, _, _ in dec] == [17, 17, 17, 17, 13, 1] and sum(a for *_, a in dec) == 61
+    assert est.temporal_windows(True, 16, 12, 4, 13) == [(13, 13, 13)]  # 4 latent frames: run whole
+    enc = est.temporal_windows(False, 16, 12, 4, 17)
+    assert enc == [(17, 5, 4), (5, 2, 1)] and est.temporal_windows(False, 16, 12, 4, 13) == [(13, 4, 4)]
+    assert sum(a for *_, a in est.temporal_windows(False, 16, 12, 4, 129)) == 33
 
 
 def test_a_structure_needs_its_whole_grid():

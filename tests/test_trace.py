@@ -49,11 +49,22 @@ def test_dry_run_equals_the_same_accounting_on_real_tensors(name, op):
     _spec("tiny-minimax-h3", "encode", conv3d="decomposed"),
     _spec("tiny-wan", "encode", conv3d="decomposed"),
     _spec("tiny-kl", "decode", width=128, height=96, tile=32, overlap=0.5),
+    _spec("tiny-hunyuanvideo", "decode", width=64, height=48, frames=21, tile=32),  # temporal windows, tiled
+    _spec("tiny-hunyuanvideo", "encode", width=64, height=48, frames=21, tile=32),
+    _spec("tiny-hunyuanvideo", "decode", width=64, height=48, frames=21, tile=32, whole_clip=True),
 ], ids=lambda s: s.key)
 def test_tiled_sliced_math_and_decomposed_dry_runs_are_exact(spec):
     fake, real = trace(spec), trace(spec, fake=False, replay=False)
     assert fake.peak_bytes == real.peak_bytes
     assert fake.output_bytes == real.output_bytes
+
+
+def test_whole_clip_runs_without_the_windows_and_only_where_there_are_windows():
+    spec = _spec("tiny-hunyuanvideo", "decode", width=64, height=48, frames=33, tile=32)
+    windows, whole = trace(spec), trace(TraceSpec(**{**spec.to_dict(), "whole_clip": True}))
+    assert whole.peak_bytes > windows.peak_bytes and whole.spec.key.endswith("/whole-clip")
+    with pytest.raises(VaememError, match="tiny-wan has no temporal windows"):
+        trace(_spec("tiny-wan", "decode", whole_clip=True))
 
 
 def test_tile_replay_is_used_and_changes_nothing():

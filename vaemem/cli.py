@@ -615,7 +615,7 @@ def estimate_cmd(
     slicing: bool = typer.Option(False, "--slicing", help="diffusers' enable_slicing: a batch run one sample at "
                                  "a time"),
     budget: Optional[float] = typer.Option(None, help="MiB the app can reserve: also print the largest tile that "
-                                           "fits (spatial tiling only; tiling in time is out of scope)"),
+                                           "fits (the spatial tile; a clip runs in time as its class does by default)"),
     coefficients: Optional[list[Path]] = typer.Option(None, help="coefficient file (default: the packaged one); "
                                                       "repeat to layer files, the first winning per group"),
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),

@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 3) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 4) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -25,7 +25,7 @@ dry-run peak) get a line of their own, ``small``, which prices the requests belo
 order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
-    (or, where no structure covers the request, e.g. most tiled video, its measured pixel line
+    (or, where no structure covers the request, e.g. Mochi's tiled video, its measured pixel line
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
@@ -58,11 +58,15 @@ from __future__ import annotations
 
 import json
 import os as _os
+from collections.abc import Callable
 
 # Kept light on purpose (no dataclasses, typing or pathlib): apps import this on their start-up path.
 
-# 3: structures may list split convolutions and lines may carry a floor, which a reader of 2 would ignore
-SCHEMA_VERSION = 3
+# 3: structures may list split convolutions and lines may carry a floor, which a reader of 2 would ignore.
+# 4: a tiled structure may carry temporal windows and a fifth, squared-area term per knot, which a reader of 3
+# would refuse as damaged; a file of 3 is one of 4 without them, so it stays readable.
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (3, 4)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -275,10 +279,26 @@ def _check_structure(s: dict, where: str) -> None:
         _need(bool(knots) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in knots)
               and knots == sorted(set(knots)), f"{where}.knots", "increasing positive integers", knots)
         coef = _field(s, "coef", where, "list")
-        _need(len(coef) == len(knots) and all(isinstance(k, list) and len(k) == 4 and all(_num(c) for c in k)
-                                              and min(k[:3]) >= 0 for k in coef), f"{where}.coef",
+        width = len(coef[0]) if coef and isinstance(coef[0], list) else 0
+        _need(len(coef) == len(knots) and width in (4, 5)
+              and all(isinstance(k, list) and len(k) == width and all(_num(c) for c in k)
+                      and min(k[:3]) >= 0 and min(k[4:], default=0) >= 0 for k in coef), f"{where}.coef",
               f"{len(knots)} lists (one per knot) of [bytes per tile pixel >= 0, per stored pixel >= 0, per output "
-              f"pixel in the assembly >= 0, base bytes]", coef)
+              f"pixel in the assembly >= 0, base bytes], each with the same optional fifth, per squared tile pixel "
+              f">= 0", coef)
+        if "windows" in s:
+            w = _field(s, "windows", where, "dict")
+            _need(w.get("op") in ("decode", "encode"), f"{where}.windows.op", '"decode" or "encode"', w.get("op"))
+            for name in ("frames", "stride_frames", "temporal_factor"):
+                _field(w, name, f"{where}.windows", "int>0")
+            tf = w["temporal_factor"]
+            for name in ("frames", "stride_frames"):  # in latent frames too, a window has a length and a stride
+                _need(w[name] % tf == 0, f"{where}.windows.{name}", f"a multiple of temporal_factor {tf}", w[name])
+            _need(w["stride_frames"] <= w["frames"], f"{where}.windows.stride_frames", "at most frames",
+                  w["stride_frames"])
+            _need(knots[-1] >= w["frames"] + 1, f"{where}.knots", f"up to a whole window ({w['frames'] + 1} "
+                  f"frames) at least", knots)
+            _field(w, "bytes_per_pixel_frame", f"{where}.windows", "num>=0")
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
@@ -287,6 +307,9 @@ def _check_structure(s: dict, where: str) -> None:
         tile_min = s.get("tile_min", 0)
         _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
               tile_min)
+        tile_max = s.get("tile_max", tile_min)
+        _need("tile_max" not in s or (type(tile_max) is int and tile_max >= tile_min), f"{where}.tile_max",
+              "an int >= tile_min", tile_max)
         probes = [(t, k * t) for t in ([t for t in (16 * f, 32 * f, 64 * f) if t >= tile_min] or [tile_min])
                   for k in (2, 4)]
         low = [(t, w, k) for k in knots for t, w in probes if structure_bytes(s, w, w, 1, k, t) <= 0]
@@ -350,7 +373,7 @@ def _check_keys(d: dict, where: str) -> None:
 
 
 def validate(data: object, source: str = "coefficients") -> dict:
-    """Check a coefficient document (schema 3) field by field and index it for pricing. Raises ValueError naming
+    """Check a coefficient document (schema 3 or 4) field by field and index it for pricing. Raises ValueError naming
     ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative slope
     or factor, or a line that prices a valid request at zero or less."""
     if not isinstance(data, dict):
@@ -359,13 +382,15 @@ def validate(data: object, source: str = "coefficients") -> dict:
     if type(version) is not int:
         raise ValueError(f"{source} has no integer schema_version (got {version!r}): not a vaemem coefficient "
                          f"file, or damaged")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMAS:
         newer = version > SCHEMA_VERSION
         hint = ("; upgrade vaemem" if newer else
                 "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
                 "readable)" if version < SCHEMA_VERSION else "")
-        raise ValueError(f"{source} has schema_version {version!r}, {'newer than' if newer else 'not'} the one "
-                         f"this estimator reads ({SCHEMA_VERSION})" + hint)
+        readable = f"{READABLE_SCHEMAS[0]}-{READABLE_SCHEMAS[-1]}"
+        raise ValueError(f"{source} has schema_version {version!r}, "
+                         + (f"newer than this estimator reads ({readable})" if newer
+                            else f"which this estimator does not read (it reads {readable})") + hint)
     for name in ("models", "groups"):
         if not isinstance(data.get(name), {"models": dict, "groups": list}[name]):
             raise ValueError(f"{source} lacks {name}: not a vaemem coefficient file, or damaged; regenerate it with "
@@ -499,15 +524,16 @@ def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
 
 
 def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: float, a: float,
-                     b: float, stride_rule: str = "latent") -> tuple[float, float, float]:
+                     b: float, stride_rule: str = "latent", q: float = 0.0) -> tuple[float, float, float]:
     """(its area, the area stored before it, the area of all tiles) in sample pixels, for the tile where
-    ``a x area + b x stored`` is largest, over the tiles in diffusers' order (rows, then columns): a tile's working
-    set grows with its own area, and every finished tile is kept until the blend. Ties go to the first such tile."""
+    ``a x area + q x area^2 + b x stored`` is largest, over the tiles in diffusers' order (rows, then columns): a
+    tile's working set grows with its own area (``q``: HunyuanVideo's causal mask over the tile's tokens), and
+    every finished tile is kept until the blend. Ties go to the first such tile."""
     rows, cols = tile_sides(width, height, tile, factor, overlap, stride_rule)
     best, best_v, stored = (0.0, 0.0), float("-inf"), 0.0
     for r in rows:
         for c in cols:
-            v = a * r * c + b * stored
+            v = a * r * c + q * (r * c) ** 2 + b * stored
             if v > best_v:
                 best, best_v = (float(r * c), stored), v
             stored += r * c
@@ -517,8 +543,11 @@ def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: f
 def compile_structure(s: dict) -> tuple:
     """A structure as a tuple for :func:`structure_eval` (no dict lookups on the hot path)."""
     if s["kind"] == "tiled":
+        w = s.get("windows")
+        windows = None if w is None else (w["op"] == "decode", w["frames"], w["stride_frames"], w["temporal_factor"],
+                                          w["bytes_per_pixel_frame"])
         return (True, tuple(s["knots"]), tuple(tuple(k) for k in s["coef"]), s["spatial_factor"], s["overlap"],
-                s["stride_rule"])
+                s["stride_rule"], windows)
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
@@ -672,15 +701,11 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     """The dry-run peak of a compiled structure (see :func:`structure_bytes`); ``terms`` and ``uterms``: the
     :func:`frame_terms` at ``frames`` of its piece and of its second area piece, when the caller has them."""
     if c[0]:
-        i, u = _segment(c[1], frames)  # a clip's coefficients: linear between knots, past the last along the last
-        k = c[2][i]
-        if i:
-            p = c[2][i - 1]
-            k = tuple(x + (y - x) * u for x, y in zip(p, k))
-        a, s, o = (x if x > 0 else 0.0 for x in k[:3])  # extrapolated past the last knot: never negative
-        area, stored, total = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5])  # type: ignore[arg-type]
-        loop, assembly = a * area + s * stored, s * total + o * width * height  # the tiles, then the blend and cat
-        v = batch * ((loop if loop > assembly else assembly) + k[3])
+        wn = c[6]
+        if wn is not None and len(temporal_windows(*wn[:4], frames)) > 1:
+            v = batch * window_peak(wn, frames, width * height, lambda n: _tiled_clip(c, width, height, n, tile))
+        else:
+            v = batch * _tiled_clip(c, width, height, frames, tile)
         return v if v > 0 else 0.0
     area = width * height
     up = c[8]
@@ -696,6 +721,65 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
         if sp > v:
             v = sp
     return v if v > 0 else 0.0
+
+
+def _tiled_clip(c: tuple, width: int, height: int, frames: int, tile: int | None) -> float:
+    """One sample's dry-run peak of a compiled tiled structure for a clip run whole (see :func:`structure_bytes`)."""
+    i, u = _segment(c[1], frames)  # a clip's coefficients: linear between knots, past the last along the last
+    k = c[2][i]
+    if i:
+        p = c[2][i - 1]
+        k = tuple(x + (y - x) * u for x, y in zip(p, k))
+    a, s, o = (x if x > 0 else 0.0 for x in k[:3])  # extrapolated past the last knot: never negative
+    q = k[4] if len(k) > 4 and k[4] > 0 else 0.0
+    area, stored, total = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5], q)  # type: ignore[arg-type]
+    loop = a * area + q * area * area + s * stored
+    assembly = s * total + o * width * height  # the tiles, then the blend and cat
+    return (loop if loop > assembly else assembly) + k[3]
+
+
+def temporal_windows(decode: bool, min_frames: int, stride: int, factor: int, frames: int) -> list[tuple[int, int, int]]:
+    """diffusers' temporal tiling of a clip of ``frames`` sample frames (HunyuanVideo's ``_temporal_tiled_decode``
+    and ``_temporal_tiled_encode``, windows of ``min_frames`` + 1 frames ``stride`` apart; in latent frames,
+    divided by the temporal ``factor``, for decode): per window (the sample frames it runs, the output frames it
+    keeps until the end, the output frames it adds to the result). Each window's output is kept whole (its first
+    frame dropped by a view) until the kept parts are concatenated. A clip of at most ``min_frames`` frames (latent
+    frames for decode) is one window: diffusers runs it whole."""
+    out = []
+    if decode:
+        latent, l_min, l_stride = (frames - 1) // factor + 1, min_frames // factor, stride // factor
+        if latent <= l_min:
+            return [(frames, frames, frames)]
+        for i in range(0, latent, l_stride):
+            n = (min(latent, i + l_min + 1) - i - 1) * factor + 1
+            out.append((n, n, min(n - (1 if i else 0), stride + (0 if i else 1))))
+    else:
+        l_stride = stride // factor
+        if frames <= min_frames:
+            kept = (frames - 1) // factor + 1
+            return [(frames, kept, kept)]
+        for i in range(0, frames, stride):
+            n = min(frames, i + min_frames + 1) - i
+            kept = (n - 1) // factor + 1
+            out.append((n, kept, min(kept - (1 if i else 0), l_stride + (0 if i else 1))))
+    return out
+
+
+def window_peak(windows: tuple, frames: int, area: int, clip_peak: Callable[[int], float]) -> float:
+    """One sample's peak of a clip run in temporal windows (``windows``: decode?, min frames, stride, temporal
+    factor, output bytes per pixel and output frame): ``max(max over windows (its clip's peak + the outputs of the
+    windows before it), all the outputs + the concatenated result)``, ``clip_peak(n)`` the peak of a clip of n
+    frames run whole."""
+    decode, min_frames, stride, factor, per = windows
+    best, kept = 0.0, 0.0
+    added = 0
+    for n, keep, add in temporal_windows(decode, min_frames, stride, factor, frames):
+        v = clip_peak(n) + kept
+        best = v if v > best else best
+        kept += per * area * keep
+        added += add
+    assembly = kept + per * area * added
+    return best if best > assembly else assembly
 
 
 def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
@@ -728,8 +812,11 @@ def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, t
     knot (by then the growth is the output clip's). Tiled: diffusers' loop, ``max over tiles (a x its area +
     s x the area of the tiles finished before it, s x the area of all tiles + o x width x height) + base``, the
     tile loop, then the assembly (:func:`tiled_peak_terms`), with (a, s, o, base) per frame
-    knot (an image: one knot), linear in frames between knots and extrapolated along the last segment. Batch
-    multiplies the whole (dry runs scale exactly with batch)."""
+    knot (an image: one knot), linear in frames between knots and extrapolated along the last segment; a fifth
+    number per knot, where given, is ``q`` of a ``q x its area^2`` term of the tile at work (HunyuanVideo's causal
+    mask). A tiled structure with ``windows`` runs a clip longer than one window window by window
+    (:func:`window_peak`), each window's clip priced as above. Batch multiplies the whole (dry runs scale exactly
+    with batch)."""
     return structure_eval(compile_structure(s), width, height, batch, frames, tile)
 
 
@@ -920,7 +1007,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "untiled")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -955,6 +1042,8 @@ class _Plan:
         self.cs = None if s is None else compile_structure(s)
         # the smallest tile the tiled structure's dry runs had: below it the basis misses (64 px tiles: 0.73x)
         self.tile_min = s.get("tile_min", 0) if s is not None and s["kind"] == "tiled" else 0
+        # the largest, where the basis stops there (HunyuanVideo: past its grid's tiles a causal mask leads)
+        self.tile_max = s.get("tile_max") if s is not None and s["kind"] == "tiled" else None
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
         self.up = None if s is None or s["kind"] == "tiled" or "upper" not in s else self.cs[8][1]  # type: ignore
         self.uterms: dict = {}  # frames -> frame_terms of its second area piece
@@ -992,7 +1081,7 @@ class _Plan:
             return
         if self.group is not None:
             self.kind = "pixel"
-            self.tile_min = 0  # a measured pixel line prices its own tiles, not the structure's
+            self.tile_min, self.tile_max = 0, None  # a measured pixel line prices its own tiles, not the structure's
             g = self.group
             self.pixel_line = (g["slope_bytes_per_pixel"], g.get("tile_slope_bytes_per_tile_pixel", 0.0),
                                g["base_bytes"], g.get("pixels_max"))
@@ -1010,7 +1099,7 @@ class _Plan:
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
-        # tiled video without a dry-run structure (all but Wan's decode and Wan 2.1's encode): its untiled price is
+        # tiled video without a dry-run structure (Mochi, MiniMax-H3, Wan 2.2's encode): its untiled price is
         # an upper bound (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles
         # and 2413 with 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would
         # price the frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
@@ -1045,6 +1134,9 @@ class _Plan:
             if t is not None and t < self.tile_min:  # type: ignore[operator]
                 raise ValueError(f"{self.model} is priced tiled from {self.tile_min} px tiles up (the smallest tile "
                                  f"its dry-run structure was derived on), got {t}")
+            if t is not None and self.tile_max is not None and t > self.tile_max:
+                raise ValueError(f"{self.model} is priced tiled up to {self.tile_max} px tiles (the largest its "
+                                 f"dry-run structure was derived on: past it another term leads), got {t}")
         if (f != 1 if self.image else (f - 1) % self.step):  # type: ignore[operator]
             raise ValueError(frames_error(self.model, self.step, f))
         kind = self.kind
@@ -1142,8 +1234,8 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (tiled video but Wan's decode and Wan 2.1's encode, an architecture never
-    dry-run, a tile below the structure's ``tile_min``). ``coef``: what ``coefficients=`` takes elsewhere (None:
+    structure covers the request (Mochi's and MiniMax-H3's tiled video, Wan 2.2's tiled encode, an architecture never
+    dry-run, a tile outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
     the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
     outputs. A request no model could run raises ValueError."""
@@ -1176,8 +1268,8 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
     a = structures.get(structure_key(arch, op, dtype, False, "math")) if attention == "math" else None
     if s is None or (slicing and batch > 1 and not (u and u.get("output_bytes_per_pixel"))) or \
             (attention == "math" and a is None and op in m.get("attention_ops", OPS)) or \
-            (tile is not None and tile < s.get("tile_min", 0)):
-        return None  # as the estimator: no structure covers this request (nor a tile below its tiled basis)
+            (tile is not None and not s.get("tile_min", 0) <= tile <= s.get("tile_max", tile)):
+        return None  # as the estimator: no structure covers this request (nor a tile outside its tiled basis)
     return _dry_peak(compile_structure(s), None if a is None else compile_structure(a),
                      compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
                      width, height, batch, frames, tile)[0]
@@ -1328,10 +1420,11 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
                  slicing: bool = False, coefficients: object = None) -> dict:
     """The largest spatial tile whose reservation fits ``budget_bytes``, among ``candidates`` (default
     :data:`TILE_CANDIDATES`; those that :func:`geometry_error` accepts: smaller than the image, multiples of the
-    model's spatial factor and larger than it; and no smaller than the tiled structure's ``tile_min``).
+    model's spatial factor and larger than it; and within the tiled structure's ``tile_min``-``tile_max``).
 
     Returns ``{"untiled_bytes", "untiled_fits", "tile" (None: none fits), "tile_bytes", "priced": {tile: bytes}}``.
-    Tiling in time (frame chunks) is out of scope: a clip is tiled in space only, every frame at once."""
+    Only the spatial tile is chosen: a clip runs in time as its class runs it by default (every frame at once, in
+    chunks for Wan and CogVideoX, in 17-frame windows for HunyuanVideo), and the prices say so."""
     budget = _positive_int("budget_bytes", budget_bytes)
     kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os, batch=batch,
               frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coefficients)
@@ -1341,12 +1434,14 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
         raise ValueError(f"candidates must be a list of tile sides in px, got {candidates!r}")
     tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
                    reverse=True)
-    tile_min = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
-                     attention, slicing).tile_min  # also refuses a model that cannot run tiled
+    plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
+                 attention, slicing)  # also refuses a model that cannot run tiled
+    tile_min, tile_max = plan.tile_min, plan.tile_max
     priced: dict = {}
     best = None
     for t in tiles:
-        if t < tile_min or geometry_error(model, f, width, height, t):  # one that could not be priced is skipped
+        if t < tile_min or (tile_max is not None and t > tile_max) or geometry_error(model, f, width, height, t):
+            continue  # one that could not be priced is skipped
             continue
         priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
         if best is None and priced[t] <= budget:

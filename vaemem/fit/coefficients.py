@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import GROUP_KEYS, calibration_bytes, group_id  # the estimator owns the key and the line
+from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id  # the estimator owns the
+# key, the line and the schema
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -29,7 +30,6 @@ from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_su
 # A group of variant points (``.../untiled/sliced``) enters the calibrations through its dry runs and gets no pixel
 # line.
 
-COEFFICIENTS_SCHEMA_VERSION = 3
 EXCEPTIONS_SCHEMA_VERSION = 1
 QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
 SLOPE_STEP = 0.01  # bytes per pixel
@@ -250,7 +250,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
                      "family": "sd" if s.class_name == "AutoencoderKL" and s.latent_channels == 4 else s.family}
               for name, s in reg.items() if s.architecture in archs or not s.tiny}
     document = {
-        "schema_version": COEFFICIENTS_SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "fit_method": FIT_METHOD,
         "margin": margin,
         "quality_bound": QUALITY_BOUND,

@@ -220,6 +220,15 @@ class ClassInfo:
     # its 3D convolutions split an input of more than 2^30 elements into chunks along time (diffusers'
     # CogVideoXSafeConv3d): a step in the peak that the dry runs record (vaemem.tracing.trace.SPLIT_CONVS)
     split_convs: bool = False
+    # (frames, stride) of its temporal windows, diffusers' defaults (tile_sample_min_num_frames and
+    # tile_sample_stride_num_frames, on by default: use_framewise_*): a clip of more than ``frames`` frames runs in
+    # windows of frames + 1, ``stride`` apart, each tiled in space when tiling is on; None: the clip runs whole
+    temporal_windows: tuple[int, int] | None = None
+    # its attention builds a (tokens x tokens) causal mask whatever the kernel, so a tile's working set has a term
+    # quadratic in the tile's area (HunyuanVideo: a 512 px tile of a 17-frame window is 20480 tokens; the mask
+    # leads past about 1100 px tiles). HunyuanVideo 1.5's mask too, but at its 16x latent it never leads at sizes
+    # apps run (512 px tiles, 241 frames: about 7 of 107 GiB), and its tiled structure is exact without the term.
+    causal_mask: bool = False
 
 
 CLASSES: dict[str, ClassInfo] = {
@@ -238,7 +247,8 @@ CLASSES: dict[str, ClassInfo] = {
     # 1 + 4(T-1), so only clips of 1 + 8k frames (the pipelines' 49 and 81) round-trip.
     "AutoencoderKLCogVideoX": ClassInfo("cogvideox", "conv3d", True, True, frame_step=8,
                                              split_convs=True),
-    "AutoencoderKLHunyuanVideo": ClassInfo("hunyuanvideo", "conv3d", True, True),
+    "AutoencoderKLHunyuanVideo": ClassInfo("hunyuanvideo", "conv3d", True, True, temporal_windows=(16, 12),
+                                           causal_mask=True),
     "AutoencoderKLHunyuanVideo15": ClassInfo("hunyuanvideo15", "conv3d", True, True),
     "AutoencoderKLLTXVideo": ClassInfo("ltx", "conv3d", True, True),
     "AutoencoderKLLTX2Video": ClassInfo("ltx2", "conv3d", True, True),

@@ -15,7 +15,7 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   the largest of the three sizes up 16x in area: at the sizes apps run a term the small sizes barely see can lead
   (HunyuanVideo's causal mask in encode, Mochi's and CogVideoX's convolutions), and one fit through 64-256 px
   under-priced them by up to a third.
-* Tiled (images, decode and encode; Wan's video decode, and Wan 2.1's encode), the peak follows diffusers' loop:
+* Tiled (images, decode and encode; the video classes of :data:`TILED_VIDEO_OPS`), the peak follows diffusers' loop:
   each tile's working set grows with its own area, and every finished tile is kept until the blend, so
   ``peak = max(max over tiles (a x its area + s x the area of the tiles finished before it), s x the area of all
   tiles + o x width x height) + base``, the second term the assembly (the rows and the output concatenated while
@@ -25,11 +25,14 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   work, 12 per stored pixel, its three fp32 channels), and Wan's, from its 20 dry runs, is within 0.02 % of all
   168 of a larger grid (1-33 frames); the basis it replaces (one tile, the tile count and the output area) was
   0.8 % off for images and 2.7 % for Wan's clips. 128 and 192 px tiles are exact too (SD1.5 decode), 64 px ones
-  miss (0.73x), so it records ``tile_min`` (the grid's 256 px) and the estimator prices no smaller tile. Wan's tiled
+  miss (0.73x), so it records ``tile_min`` (the grid's 256 px) and the estimator prices no smaller tile. Tiled
   clips (:data:`TILED_VIDEO_OPS`) have (a, s, o, base) at each of their frame knots (:data:`TILE_GRID_VIDEO`),
-  linear in frames between knots and along the last segment past it: each tile's clip is run chunk by chunk,
-  so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). Other tiled video is not structured
-  (priced from its own measured points, else untiled: an upper bound).
+  linear in frames between knots and along the last segment past it: each tile's clip is run whole or chunk by
+  chunk, so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). HunyuanVideo's clips of more than
+  16 frames run in temporal windows: its knots are every window length, traced with the windows off, and the
+  estimator runs the windows on top. Which term a grid point peaks in is read from the dry run (a peak outside
+  every module is the assembly). Other tiled video is not structured (priced from its own measured points, else
+  untiled: an upper bound).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
 * The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
@@ -69,25 +72,42 @@ GRID_OVERLAP = 0.25  # the tile overlap of every tiled dry run of the grid (diff
 TILE_GRID = ((256, 768, 512), (256, 1024, 1024), (320, 1024, 768), (384, 1024, 768), (384, 768, 768),
              (512, 1024, 768), (512, 1280, 1024))  # (tile, width, height)
 TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
-# Video whose tiling is structured: diffusers' AutoencoderKLWan tiles in space only and decodes (encodes) each
-# tile's clip chunk by chunk, so the image basis holds at each frame knot. The other video classes also tile in
-# time (their own frame windows), a regime this basis does not describe. Wan 2.2's tiled encode is left out: it
+# Video whose tiling is structured: these classes tile in space only, and each tile's clip is run whole (LTX-Video,
+# LTX-2, HunyuanVideo 1.5: LTX's temporal tiling, use_framewise_*, is off by default and vaemem keeps the
+# defaults) or chunk by chunk (Wan; CogVideoX, two latent frames at a time), so the image basis holds at each
+# frame knot: from 20 dry runs each is exact, or within 0.3 %, at 49-161 frames off the grid. HunyuanVideo also
+# tiles in time by default (17-frame windows): its basis is traced with the windows off at every window length
+# (``whole_clip``) and the estimator runs the windows on top (vaemem.estimate.window_peak). Mochi's tiles run whole clips
+# through its size-triggered split convolutions (0.45-1.29x off the grid). Wan 2.2's tiled encode is left out: it
 # patchifies first and then steps over the patchified pixels, so its tiles are twice the size asked for in each
 # direction (a 256 px tile covers 512 px), which the stride rules here do not say; derived as it is, it was 1.08-9.1x
 # the dry run off the grid. Wan 2.1's (and Qwen-Image's, the same layers) is exact off the grid.
-TILED_VIDEO_OPS = {"wan21": ("decode", "encode"), "wan22": ("decode",)}
+TILED_VIDEO_OPS = {"wan21": ("decode", "encode"), "wan22": ("decode",), "ltx-video": ("decode", "encode"),
+                   "ltx-video-0.9.5": ("decode", "encode"), "ltx-2": ("decode", "encode"),
+                   "ltx-2.3": ("decode", "encode"), "hunyuanvideo-1.5": ("decode", "encode"),
+                   "cogvideox": ("decode", "encode"), "hunyuanvideo": ("decode", "encode")}
 # A tiled clip's grid: four tiles and the assembly's point at four knots (1, 5, 9, 17 frames for Wan), 20 dry
-# runs. Against the seven tiles of the image grid at six knots (1-33 frames; 168 dry runs, 25.5 minutes for Wan
+# runs (HunyuanVideo: five tiles at its five window lengths, 30). Against the seven tiles of the image grid at six knots (1-33 frames; 168 dry runs, 25.5 minutes for Wan
 # 2.1 and 2.2 in fp32 and bf16) it is within 0.02 % at every one, 33 frames included.
 TILE_GRID_VIDEO = ((256, 768, 512), (384, 768, 768), (512, 1024, 768), (512, 1280, 1024))
 TILED_VIDEO_LATENT_KNOTS = (1, 2, 3, 5)
+# A fifth point of the tile loop for a class whose tiles build a causal mask (a q x area^2 term: the tiny
+# HunyuanVideo's mask leads at every tile; the real one's never does up to 512 px tiles, so its q fits 0, and past
+# about 1100 px tiles of a 17-frame window its mask peak, at another moment than the convolutions', leads:
+# 1280 px tiles of 2560x1280 x 17 frames were priced 0.66x, so its structure records ``tile_max``).
+TILE_MASK_EXTRA = (320, 1024, 768)
 
 
 def frame_knots(spec: ModelSpec, tiled: bool = False) -> list[int]:
+    """The frame counts a structure is traced at. A tiled class with temporal windows: every clip length a window
+    runs (HunyuanVideo's 1, 5, 9, 13 and 17 frames), so each window is priced at a knot."""
     if not spec.is_video:
         return [1]
     s = spec.info.frame_step or spec.temporal_factor
-    return [1 + s * (t - 1) for t in (TILED_VIDEO_LATENT_KNOTS if tiled else (1, 2, 3, 4, 5, 9))]
+    latent = TILED_VIDEO_LATENT_KNOTS if tiled else (1, 2, 3, 4, 5, 9)
+    if tiled and spec.info.temporal_windows:
+        latent = tuple(range(1, spec.info.temporal_windows[0] // s + 2))
+    return [1 + s * (t - 1) for t in latent]
 
 
 # Where the assembly leads (all tiles kept while the rows and the output are concatenated): an image many tiles
@@ -98,8 +118,10 @@ TILE_ASSEMBLY_VIDEO = (256, 2048, 1024)
 
 def _tiles(spec: ModelSpec) -> tuple[tuple[int, int, int], ...]:
     """(tile, width, height) of a tiled structure's dry runs at each frame knot: the tile loop's grid, then the
-    assembly's point."""
-    return (*TILE_GRID_VIDEO, TILE_ASSEMBLY_VIDEO) if spec.is_video else (*TILE_GRID, TILE_ASSEMBLY)
+    assembly's point. A class whose tiles build a causal mask fits one more term, so gets one more point."""
+    if not spec.is_video:
+        return (*TILE_GRID, TILE_ASSEMBLY)
+    return (*TILE_GRID_VIDEO, *((TILE_MASK_EXTRA,) if spec.info.causal_mask else ()), TILE_ASSEMBLY_VIDEO)
 
 
 def _sizes(spec: ModelSpec, attention: str = "fused") -> tuple[tuple[int, int], ...]:
@@ -124,8 +146,9 @@ def _upper_sizes(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
 def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") -> list[TraceSpec]:
     """The dry runs a structure is derived from."""
     spec = get_spec(name)
-    if tiled:
-        return [TraceSpec(name, op, dtype, w, h, frames=f, tile=t) for f in frame_knots(spec, True)
+    if tiled:  # a class with temporal windows: each window's own tile loop, the windows evaluated on top
+        whole = spec.info.temporal_windows is not None
+        return [TraceSpec(name, op, dtype, w, h, frames=f, tile=t, whole_clip=whole) for f in frame_knots(spec, True)
                 for t, w, h in _tiles(spec)]
     sizes = _sizes(spec, attention)
     if spec.is_video and attention == "fused":
@@ -170,47 +193,102 @@ def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
     return [float(c) for c in coef]
 
 
-def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], factor: int, rule: str) -> list[float]:
-    """(a, s, base) of ``max over tiles (a x area + s x stored) + base`` through the dry runs at (width, height,
-    tile) ``points``, by least squares on the tile each point peaks at, found by iteration: start at every point's
-    last tile, fit, move each point to its argmax under the fit, until no point moves (the best fit seen if it
-    cycles). Rounded: per pixel to 1e-3, bytes whole."""
+ASSEMBLY_MODULE = "(top level)"  # a dry run's peak_module where the peak is in the tiling code, outside every module
+
+
+def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: list[bool], factor: int,
+                 rule: str, quadratic: bool = False) -> tuple[list[float], float | None]:
+    """(a, s, base) and ``o`` of ``max(max over tiles (a x area + s x stored), s x all tiles + o x width x height)
+    + base`` through the dry runs at (width, height, tile) ``points``; ``o`` is None where no point peaks in the
+    assembly. Which term a point peaks in is the dry run's evidence: the assembly (the rows and the output
+    concatenated) runs in the tiling code itself, so its peak is outside every module (``assembly``). The loop's
+    points are fitted at the tile each peaks at, found by iteration: start at every point's last tile, fit by
+    least squares jointly with the assembly's points, move each point to its argmax under the fit, until no point
+    moves (the best fit seen if it cycles). ``o`` is then the most any assembly point needs beside its stored
+    tiles (rounded up), so those points are priced at least at their dry run. Fitting the loop alone was 0.97-1.11x
+    in sample for LTX-Video's fp32 decode, whose assembly leads at three of its five points at 17 frames.
+    ``quadratic``: the tile at work also costs ``q x its area^2`` (a causal mask over its tokens), and the result
+    is (a, s, base, q). Rounded: per pixel to 1e-3, q to 7 significant digits, bytes whole."""
+    def terms(c: list[float]) -> list[tuple[float, float]]:
+        q = c[3] if quadratic else 0.0
+        return [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule, q)[:2] for w, h, t in points]
+
+    totals = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, 0.0, 0.0, rule)[2] for w, h, t in points]
+    areas = [float(w * h) for w, h, _ in points]
+    any_assembly = any(assembly)
+
+    def loop_value(c: list[float], a: float, st: float) -> float:
+        return a * c[0] + st * c[1] + c[2] + (c[3] * a * a if quadratic else 0.0)
+
     def fit(at: list[tuple[float, float]]) -> tuple[list[float], float]:
-        c = _solve([[a, st, 1.0] for a, st in at], ys)
-        c = [max(c[0], 0.0), max(c[1], 0.0), c[2]]
-        peaks = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule)[:2] for w, h, t in points]
-        return c, max(abs(a * c[0] + st * c[1] + c[2] - y) / y for (a, st), y in zip(peaks, ys))
+        # columns: a, s, o, base, q
+        rows = [[0.0, tot, area, 1.0, 0.0] if asm else [a, st, 0.0, 1.0, a * a]
+                for (a, st), tot, area, asm in zip(at, totals, areas, assembly)]
+        keep = [0, 1, *([2] if any_assembly else []), 3, *([4] if quadratic else [])]
+        sol = _solve([[r[i] for i in keep] for r in rows], ys)
+        full = dict(zip(keep, sol))
+        c = [max(full[0], 0.0), max(full[1], 0.0), full[3], *([max(full[4], 0.0)] if quadratic else [])]
+        err = max(abs(loop_value(c, a, st) - y) / y for (a, st), y, asm in zip(terms(c), ys, assembly) if not asm)
+        return c, err
 
     def last(w: int, h: int, t: int) -> tuple[float, float]:
         rows, cols = est.tile_sides(w, h, t, factor, GRID_OVERLAP, rule)
         total = float(sum(rows) * sum(cols))
         return float(rows[-1] * cols[-1]), total - rows[-1] * cols[-1]
 
-    at = [last(*p) for p in points]
+    # which tile a point peaks at depends only on s / a: besides every point's last tile, start from the tiles
+    # that ratios from 0 to 1 pick (from the last tile alone LTX-Video's fp32 decode settled 4 % off at 17 frames,
+    # where a, s and o are exactly 2480, 204 and 408 B/px)
+    starts = [[last(*p) for p in points]] + [terms([1.0, r, 0.0, 0.0]) for r in [0.0, *(10 ** (k / 20)
+                                                                                for k in range(-100, 1))]]
     best, best_err = None, math.inf
-    for _ in range(50):
-        c, err = fit(at)
+    for at in starts:
+        for _ in range(50):
+            c, err = fit(at)
+            if err < best_err - 1e-12:
+                best, best_err = c, err
+            moved = terms(c)
+            if moved == at:
+                break
+            at = moved
+    a, s, base = round(best[0], 3), round(best[1], 3), round(best[2])  # type: ignore[index]
+    c = [a, s, base, *([float(f"{best[3]:.6e}")] if quadratic else [])]  # type: ignore[index]
+    loop = [loop_value(c, x, st) for x, st in terms(c)]
+    need = [y for y, lp, asm in zip(ys, loop, assembly) if asm and y > lp * (1 + 1e-4)]
+    if not need:  # the loop covers every assembly point: the assembly never leads in sample
+        return c, None
+    o = max(0.0, *(math.ceil((y - base - s * tot) / area * 1000) / 1000
+              for y, tot, area, lp, asm in zip(ys, totals, areas, loop, assembly) if asm and y > lp * (1 + 1e-4)))
+    return c, o
+
+
+def _tiled_knot(frames: int, keys: list[tuple], peaks: dict, modules: dict, factor: int, rule: str,
+                o_copies: float | None, quadratic: bool = False) -> list[float]:
+    """(a, s, o, base), and q where ``quadratic``, of one frame knot from its dry runs ``keys`` (the loop's grid, then the assembly's point),
+    by the better of two readings of which term each peaks in: the grid's design (only the last point can peak in
+    the assembly) and the dry runs' evidence (those whose peak is outside every module). The design is exact for
+    every image class; the evidence for LTX-Video's fp32 decode, whose assembly leads at small images too. The one
+    whose structure is nearer every dry run of the knot wins (the design on a tie). Where the assembly leads at
+    none, it holds the class's copies of the output (``o_copies``): Wan 2.2's never leads at 2048x1024, and with
+    two copies its 4096x2048 x 9 frames was priced 0.79x (it holds three)."""
+    points = [(w, h, t) for w, h, _, t in keys]
+    ys = [peaks[k] for k in keys]
+    best, best_err = None, math.inf
+    unknowns = 4 if quadratic else 3
+    for assembly in ([k == keys[-1] for k in keys], [modules[k] == ASSEMBLY_MODULE for k in keys]):
+        if all(assembly) or len(keys) < unknowns + any(assembly):  # too few points to fit every term jointly
+            continue
+        (a, s, base, *q), o = _tiled_piece(points, ys, assembly, factor, rule, quadratic)
+        if o is None:
+            if o_copies is None:
+                raise ValueError(f"{frames} frames: the assembly's dry run records no output bytes")
+            o = o_copies
+        one = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": factor, "stride_rule": rule,
+               "knots": [frames], "coef": [[a, s, o, base, *q]]}
+        err = max(abs(est.structure_bytes(one, w, h, 1, frames, t) - y) / y for (w, h, t), y in zip(points, ys))
         if err < best_err:
-            best, best_err = c, err
-        moved = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule)[:2] for w, h, t in points]
-        if moved == at:
-            break
-        at = moved
-    return [round(best[0], 3), round(best[1], 3), round(best[2])]  # type: ignore[index]
-
-
-def _assembly(peak: float, point: tuple, factor: int, rule: str, a: float, s: float, base: float) -> float | None:
-    """The bytes per output pixel ``o`` of the assembly term (every tile kept, s x their area, while the rows and
-    the output are concatenated) from the dry run at :data:`TILE_ASSEMBLY`, where it peaks above the tile loop:
-    what that peak leaves beside the stored tiles (rounded up to 1e-3 B/px); None where the loop leads there.
-    Where it leads it holds whole copies of the output (:attr:`vaemem.models.zoo.ClassInfo.tiled_output_copies`):
-    two for SD1.5, FLUX.1 and .2, CogView4, HunyuanImage and SANA decode (24 B/px in fp32, a 12 B/px output),
-    three for Wan (its clamp)."""
-    w, h, _, t = point
-    area, stored, total = est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, a, s, rule)
-    if peak > (a * area + s * stored + base) * (1 + 1e-4):
-        return math.ceil((peak - base - s * total) / (w * h) * 1000) / 1000
-    return None
+            best, best_err = [a, s, o, base, *q], err
+    return best  # type: ignore[return-value]
 
 
 def _piece(peaks: dict, knots: list[int], sizes: tuple[tuple[int, int], ...]) -> tuple[list, list, list]:
@@ -269,38 +347,53 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
     pixel to 1e-3) so the file is deterministic."""
     spec = get_spec(name)
-    peaks, outputs, splits = {}, {}, {}
+    peaks, outputs, splits, modules = {}, {}, {}, {}
     value = "attention_peak_bytes" if attention == "math" else "peak_bytes"
-    unsplit = spec.info.split_convs and attention == "fused"
+    unsplit = spec.info.split_convs and attention == "fused" and not tiled
+    whole_clip = tiled and spec.info.temporal_windows is not None
     for e in entries:
         s = e["spec"]
         if (s["model"], s["op"], s["dtype"], bool(s["tile"])) == (name, op, dtype, tiled) and s["batch"] == 1 \
                 and s["overlap"] == GRID_OVERLAP and s["attention"] == attention and not s["slicing"] \
-                and s["conv3d"] == "native" and s.get("unsplit", False) == unsplit:
+                and s["conv3d"] == "native" and s.get("unsplit", False) == unsplit \
+                and s.get("whole_clip", False) == whole_clip:
             k = (s["width"], s["height"], s["frames"], s["tile"])
             peaks[k], outputs[k], splits[k] = e[value], e.get("output_bytes"), e.get("split_convs", [])
+            modules[k] = e.get("peak_module")
     wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled, attention)]
     if any(k not in peaks for k in wanted):
         return None
     f = spec.spatial_factor
+    if tiled and any(math.prod(c[:5]) > est.SPLIT_INPUT_ELEMENTS for k in wanted for c in splits[k]):
+        # (CogVideoX's two-latent-frame batches would split only past ~2900 px tiles)
+        raise ValueError(f"{name} {op} {dtype}: a tiled dry run of the grid split a convolution, a step the tiled "
+                         f"basis does not describe")
     if tiled:
         knots = frame_knots(spec, True)
-        coef, per_px = [], []  # per knot; per_px: the output's bytes per pixel at the assembly's point
+        coef = []
         rule = spec.tile_stride_rule(op)
         for fr in knots:
-            *at, big = [k for k in wanted if k[2] == fr]  # the loop's grid, then the assembly's point
-            a, st, base = _tiled_piece([(w, h, t) for w, h, _, t in at], [peaks[k] for k in at], f, rule)
-            coef.append([a, st, _assembly(peaks[big], big, f, rule, a, st, base), base])
-            per_px.append(outputs[big] / (big[0] * big[1]) if outputs[big] else None)
-        # where the assembly does not lead at a knot's point, it holds the class's copies of the output: Wan 2.2's
-        # never leads at 2048x1024, and with two copies its 4096x2048 x 9 frames was priced 0.79x (it holds three)
-        for c, o in zip(coef, per_px):
-            if c[2] is None:
-                if o is None:
-                    raise ValueError(f"{name} {op} {dtype}: the assembly's dry run records no output bytes")
-                c[2] = math.ceil(spec.info.tiled_output_copies * o * 1000 - 1e-6) / 1000
+            at = [k for k in wanted if k[2] == fr]  # the loop's grid, then the assembly's point
+            big = at[-1]
+            o_copies = (math.ceil(spec.info.tiled_output_copies * outputs[big] / (big[0] * big[1]) * 1000 - 1e-6)
+                        / 1000 if outputs[big] else None)
+            try:
+                coef.append(_tiled_knot(fr, at, peaks, modules, f, rule, o_copies, spec.info.causal_mask))
+            except ValueError as e:
+                raise ValueError(f"{name} {op} {dtype}: {e}") from None
         out = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": f, "stride_rule": rule,
                "tile_min": min(t for *_, t in wanted), "knots": knots, "coef": coef}
+        if spec.info.causal_mask:  # past its grid's tiles the mask leads (TILE_MASK_EXTRA)
+            out["tile_max"] = max(t for *_, t in wanted)
+        if whole_clip:  # the windows, with their output's bytes per pixel and frame (rounded up to 1e-3 B)
+            min_frames, stride = spec.info.temporal_windows  # type: ignore[misc]
+            tf = spec.temporal_factor
+            if any(outputs[k] is None for k in wanted):
+                raise ValueError(f"{name} {op} {dtype}: a tiled dry run records no output bytes")
+            per = max(outputs[k] / (k[0] * k[1] * (k[2] if op == "decode" else (k[2] - 1) // tf + 1))
+                      for k in wanted)
+            out["windows"] = {"op": op, "frames": min_frames, "stride_frames": stride, "temporal_factor": tf,
+                              "bytes_per_pixel_frame": math.ceil(per * 1000 - 1e-6) / 1000}
     else:
         knots = frame_knots(spec)
         slopes, quads, bases = _piece(peaks, knots, _sizes(spec, attention))

@@ -32,6 +32,11 @@ input shape, temporal kernel, output size and the live bytes after each such con
 the structure can evaluate the split exactly (:func:`vaemem.estimate.split_peak_bytes`); and a dry run with
 ``unsplit`` set (a modelling device, not a point anyone runs) calls those convolutions whole, which gives the
 smooth part the split's peak is compared with.
+
+Temporal windows: HunyuanVideo runs a clip of more than 16 frames in overlapping 17-frame windows
+(:attr:`vaemem.models.zoo.ClassInfo.temporal_windows`), each window tiled in space when tiling is on. A dry run
+with ``whole_clip`` set (again a modelling device) turns the windows off, as each window's own tile loop runs:
+the tiled structure evaluates the windows on top (:func:`vaemem.estimate.window_peak`).
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class TraceSpec:
     """One dry-run point. ``overlap`` is the tile overlap fraction (diffusers' default 0.25); ``attention`` is
     ``fused`` (an SDPA kernel, no score matrix) or ``math`` (the score matrix is materialised); ``slicing`` is
     diffusers' ``enable_slicing`` (one batch item at a time); ``conv3d`` is ``native`` or ``decomposed``;
-    ``unsplit`` runs the size-triggered split convolutions whole (see the module docstring)."""
+    ``unsplit`` runs the size-triggered split convolutions whole and ``whole_clip`` a clip without its temporal
+    windows (see the module docstring)."""
 
     model: str
     op: str
@@ -68,13 +74,14 @@ class TraceSpec:
     slicing: bool = False
     conv3d: str = "native"
     unsplit: bool = False
+    whole_clip: bool = False
 
     @property
     def key(self) -> str:
         """Stable identity of the dry run (cache key)."""
         return (f"{self.model}/{self.op}/{self.dtype}/{self.width}x{self.height}/b{self.batch}/f{self.frames}"
                 f"/t{self.tile or 0}/o{self.overlap:g}/{self.attention}/{'sliced' if self.slicing else 'whole'}"
-                f"/{self.conv3d}" + ("/unsplit" if self.unsplit else ""))
+                f"/{self.conv3d}" + ("/unsplit" if self.unsplit else "") + ("/whole-clip" if self.whole_clip else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +128,8 @@ def validate_trace(spec: TraceSpec, model: ModelSpec) -> None:
     check_variant(model, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d)
     if spec.unsplit and not model.info.split_convs:
         raise VaememError(f"{spec.model} has no size-triggered split convolutions to run unsplit")
+    if spec.whole_clip and not model.info.temporal_windows:
+        raise VaememError(f"{spec.model} has no temporal windows to run the clip without")
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -456,6 +465,8 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
             model = build_model(mspec, spec.op, "cpu", spec.dtype, seed=0)
         configure_tiling(model, mspec, spec.tile, spec.overlap)
         model.use_slicing = spec.slicing  # set either way: a reused model keeps what the last dry run set
+        if mspec.info.temporal_windows:
+            model.use_framewise_decoding = model.use_framewise_encoding = not spec.whole_clip
         shape = input_shape(mspec, spec.op, spec.width, spec.height, spec.batch, spec.frames)
         dtype = DTYPES[spec.dtype]
         x = torch.zeros(shape, dtype=dtype, device="meta") if fake else torch.randn(shape).to(dtype)
