@@ -416,6 +416,7 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "hunyuanvideo/decode/bf16/tiled", "windows", "stride_frames"), 2,
      "windows.stride_frames must be a multiple of temporal_factor 4"),
     (("structures", "hunyuanvideo/decode/bf16/tiled", "tile_max"), 128, "tile_max must be an int >= tile_min"),
+    (("structures", "hunyuanvideo/decode/bf16/tiled", "windows", "op"), "encode", "its key's op"),
     (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "px", 'stride_rule must be "latent", "pixel" or "sample"'),
     (("structures", "wan21/decode/bf16/tiled", "knots"), [1, 5], "coef must be 2 lists (one per knot)"),
     (("structures", "wan21/decode/bf16/tiled", "coef", -1), [0, 0, 0, -1], "x 17 frames with 256 px tiles at zero"),

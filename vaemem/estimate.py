@@ -458,6 +458,10 @@ def validate(data: object, source: str = "coefficients") -> dict:
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
         _check_structure(st, f"{source}: structures.{name}")
+        op = name.split("/")[1] if name.count("/") >= 3 else None
+        if isinstance(st.get("windows"), dict):  # a window loop is the op's own (decode and encode step differently)
+            _need(st["windows"]["op"] == op, f"{source}: structures.{name}.windows.op", f"{op!r}, its key's op",
+                  st["windows"]["op"])
         want = "tiled" if name.endswith("/tiled") else "frames"  # the key says which basis pricing evaluates
         _need(st["kind"] == want, f"{source}: structures.{name}.kind", f'"{want}" for this key', st["kind"])
         if "split" in st:
