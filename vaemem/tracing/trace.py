@@ -15,9 +15,10 @@ encoder run once per chunk of a clip, and a sliced batch once per item; a naive 
 call. A call whose arguments are tensors, scalars and lists of them is replayed for the next call of the same
 signature: the counter is raised by the first call's inner peak and what the call left alive is created anew,
 with the same shapes and strides (its output, and the tensors it put into a list argument: Wan's feature cache,
-whose items before the call are part of the signature). That is exact whenever the module's memory depends on
-those shapes alone (true of convolutional stacks); a call that leaves alive anything else or a view of a larger
-storage, or is passed a dict or an object, is never replayed. The tests compare replayed dry runs with the same
+whose items before the call are part of the signature; CogVideoX's convolution cache, dicts of tensors passed in
+and returned beside the output). That is exact whenever the module's memory depends on those shapes alone (true
+of convolutional stacks); a call that leaves alive anything else or a view of a larger storage, or is passed an
+object, is never replayed. The tests compare replayed dry runs with the same
 accounting on real tensors.
 
 One more shortcut, in the dry run only: HunyuanVideo 1.5 builds its causal attention mask token by token, an
@@ -159,23 +160,35 @@ class _Replay:
     cache and its index): a list's items before the call are part of the signature, and the items the call put
     there are part of what a replay reproduces. A call is replayable when the storages it leaves alive are exactly
     its output (or none, where it returns one of its arguments, as diffusers' in-place ``blend_v``/``blend_h``
-    do) and the new tensors it put into the lists, each owning its whole storage."""
+    do) and the new tensors it put into the lists, each owning its whole storage. Tuples and str-keyed dicts
+    (CogVideoX's convolution cache) may be passed and returned: their tensors count as the output's."""
 
     def __init__(self, owner: Any, attr: str, counter: Any) -> None:
         self.owner, self.attr, self.counter = owner, attr, counter
         self.original = getattr(owner, attr)
         self.seen: dict[tuple, tuple | None] = {}
         self.replayed = 0
+        # the split convolutions' records (vaemem.tracing.trace._split_convs): (calls, events), events one
+        # (call index, live bytes right after it) per call; a replay re-applies its first call's, relative to its start
+        self.split: tuple[list[list[int]], list[tuple[int, int]]] = ([], [])
 
-    @staticmethod
-    def _item(v: Any) -> tuple | None:
+    @classmethod
+    def _item(cls, v: Any) -> tuple | None:
         import torch
 
         if isinstance(v, torch.Tensor):
             return ("T", tuple(v.shape), v.stride(), v.dtype, v.device.type, v.untyped_storage().nbytes())
         if v is None or isinstance(v, (bool, int, float, str)):
             return ("V", type(v).__name__, v)
-        return None  # modules, dicts, objects: state may flow through them unseen, never replay
+        if isinstance(v, tuple) or (isinstance(v, dict) and all(isinstance(k, str) for k in v)):
+            # read-only nests (CogVideoX's convolution cache, a dict of dicts of tensors): what the call leaves
+            # alive is checked by storage, so a nest it filled in place is never replayed
+            items = [cls._item(x) for x in v] if isinstance(v, tuple) else \
+                [(k, cls._item(v[k])) for k in sorted(v)]
+            if any((i[1] if isinstance(v, dict) else i) is None for i in items):
+                return None
+            return ("U" if isinstance(v, tuple) else "D", tuple(items))
+        return None  # modules, objects: state may flow through them unseen, never replay
 
     @classmethod
     def _signature(cls, values: list[Any], names: tuple[str, ...]) -> tuple | None:
@@ -200,15 +213,17 @@ class _Replay:
         before, peak_before, where_before, attention_before = c.current, c.peak, c.where, c.attention_peak
         live_before = dict(c._refs)  # storage -> its weak reference (an address may be reused by a new storage)
         c.peak, c.attention_peak = c.current, -1  # measure this call's own inner peaks
+        first_event = len(self.split[1])
         out = self.original(*args, **kwargs)
+        split_after = tuple((i, live - before) for i, live in self.split[1][first_event:])
         inner, where = c.peak - before, c.where
         attention = c.attention_peak - before if c.attention_peak >= 0 else -1
         if c.peak < peak_before:
             c.peak, c.where = peak_before, where_before
         c.attention_peak = max(c.attention_peak, attention_before)
         if sig is not None and sig not in self.seen:
-            self.seen[sig] = self._record(out, values, lists, live_before, c.current - before,
-                                          (inner, attention, where))
+            entry = self._record(out, values, lists, live_before, c.current - before, (inner, attention, where))
+            self.seen[sig] = None if entry is None else (*entry, split_after)
         return out
 
     def _record(self, out: Any, values: list[Any], lists: list[tuple[int, list]], live_before: dict[int, Any],
@@ -216,12 +231,12 @@ class _Replay:
         """What a replay of this call must reproduce, or None where it cannot be replayed exactly."""
         import torch
 
-        if not isinstance(out, torch.Tensor):
-            return None
-        same = [i for i, a in enumerate(values) if a is out]
-        if not same and not _dense(out):
+        same = [i for i, a in enumerate(values) if a is out] if isinstance(out, torch.Tensor) else []
+        leaves: list[Any] = []
+        template = None if same else _template(out, leaves)  # an output nest: (tensor, CogVideoX's new cache)
+        if not same and (template is None or not all(_dense(t) for t in leaves)):
             return None  # a view of a larger storage (a frame dropped from a concatenation): not recreated
-        created = [] if same else [out]
+        created = [] if same else leaves
         changes = []  # (value index, item index, ("T", shape, stride, dtype, device) or ("V", value))
         for i, items in lists:
             now = values[i]
@@ -243,7 +258,7 @@ class _Replay:
         new = {k for k, ref in self.counter._refs.items() if live_before.get(k) is not ref}
         if len(set(keys)) != len(keys) or new != set(keys):
             return None  # it left alive something else, or shares storages: not shapes alone
-        result = ("arg", same[0]) if same else ("new", (tuple(out.shape), out.stride(), out.dtype, out.device))
+        result = ("arg", same[0]) if same else ("new", template)
         return (*peaks, result, tuple(changes), left)
 
     def _replay(self, entry: tuple, values: list[Any]) -> Any:
@@ -252,25 +267,56 @@ class _Replay:
         whatever order the call itself took)."""
         import torch
 
-        inner, attention, where, (kind, payload), changes, left = entry
+        inner, attention, where, (kind, payload), changes, left, split_after = entry
         c = self.counter
         before = c.current
         c.bump(inner, where, attention)
+        calls, events = self.split
+        for i, live in split_after:  # the records the skipped inner calls would have raised
+            calls[i][-1] = max(calls[i][-1], before + live)
+            events.append((i, before + live))
         self.replayed += 1
         for i, j, _ in changes:
             values[i][j] = None
         for i, j, (what, *spec) in changes:  # spec: (shape, stride, dtype, device) of a tensor, or (value,)
             values[i][j] = (torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=spec[3]) if what == "T"
                             else spec[0])
-        if kind == "arg":
-            out = values[payload]
-        else:
-            shape, stride, dtype, device = payload
-            out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        out = values[payload] if kind == "arg" else _build(payload)
         if c.current - before != left:  # an old item still referenced elsewhere: the call was not shapes alone
             raise VaememError(f"internal error, a vaemem bug: the replay of {self.attr} left {c.current - before} "
                               f"bytes where its first call left {left}; trace(..., replay=False) avoids it")
         return out
+
+
+def _template(v: Any, leaves: list[Any]) -> tuple | None:
+    """How to recreate an output nest of tensors (tuples and str-keyed dicts of tensors, None and scalars),
+    appending its tensors to ``leaves``; None for anything else."""
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        leaves.append(v)
+        return ("T", tuple(v.shape), v.stride(), v.dtype, v.device)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return ("V", v)
+    if isinstance(v, tuple) or (isinstance(v, dict) and all(isinstance(k, str) for k in v)):
+        pairs = list(enumerate(v)) if isinstance(v, tuple) else list(v.items())  # a dict keeps its order
+        parts = [(k, _template(x, leaves)) for k, x in pairs]
+        if any(p is None for _, p in parts):
+            return None
+        return ("U" if isinstance(v, tuple) else "D", tuple(parts))
+    return None
+
+
+def _build(t: tuple) -> Any:
+    """The output nest a :func:`_template` describes, with fresh tensors."""
+    import torch
+
+    if t[0] == "T":
+        return torch.empty_strided(t[1], t[2], dtype=t[3], device=t[4])
+    if t[0] == "V":
+        return t[1]
+    parts = [(k, _build(p)) for k, p in t[1]]
+    return tuple(x for _, x in parts) if t[0] == "U" else dict(parts)
 
 
 def _dense(t: Any) -> bool:
@@ -348,10 +394,12 @@ SPLIT_CONVS = ("CogVideoXSafeConv3d",)  # classes whose forward splits an input 
 
 
 @contextmanager
-def _split_convs(model: Any, unsplit: bool, counter: Any, calls: list[list[int]]) -> Iterator[None]:
+def _split_convs(model: Any, unsplit: bool, counter: Any, calls: list[list[int]],
+                 events: list[tuple[int, int]]) -> Iterator[None]:
     """Within the block, the :data:`SPLIT_CONVS` classes in ``model`` record each distinct call in ``calls`` (see
     :attr:`TraceResult.split_convs`; the live bytes are the most ``counter`` saw right after any call of that
-    signature) and, with ``unsplit``, convolve their input whole."""
+    signature) and each call in ``events``, for a replay to re-apply, and, with ``unsplit``, convolve their input
+    whole."""
     from torch import nn
 
     patched = {}
@@ -369,6 +417,7 @@ def _split_convs(model: Any, unsplit: bool, counter: Any, calls: list[list[int]]
                     calls.append([*sig, 0])
                 call = calls[index[sig]]
                 call[-1] = max(call[-1], int(counter.current))
+                events.append((index[sig], int(counter.current)))
                 return out
 
             cls.forward = forward
@@ -487,7 +536,10 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
             stack.enter_context(_fast_masks(model))
             stack.enter_context(_attention_as_on_cpu())
         split_calls: list[list[int]] = []
-        stack.enter_context(_split_convs(model, spec.unsplit, counter, split_calls))
+        events: list[tuple[int, int]] = []
+        for r in replays:
+            r.split = (split_calls, events)
+        stack.enter_context(_split_convs(model, spec.unsplit, counter, split_calls, events))
         with counter:
             out = run_op(model, spec.op, x)
             output_bytes = out.untyped_storage().nbytes()
