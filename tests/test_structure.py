@@ -59,11 +59,11 @@ def committed_structures():
     # 2.1 shows (0.79x with two)
     ("ltx-video", "decode", "bf16", 768, 512, 121, 1, 256),  # LTX tiles in space only: each tile's whole clip
     ("ltx-video", "decode", "fp32", 1216, 704, 97, 1, 512),  # the assembly leads at small images too
-    ("ltx-video", "encode", "bf16", 1024, 576, 161, 1, 256),
-    ("ltx-2", "decode", "bf16", 768, 512, 121, 1, 256),
-    ("ltx-2", "encode", "fp32", 1280, 704, 49, 1, 384),
+    pytest.param("ltx-video", "encode", "bf16", 1024, 576, 161, 1, 256, marks=pytest.mark.slow),
+    pytest.param("ltx-2", "decode", "bf16", 768, 512, 121, 1, 256, marks=pytest.mark.slow),
+    pytest.param("ltx-2", "encode", "fp32", 1280, 704, 49, 1, 384, marks=pytest.mark.slow),
     ("hunyuanvideo", "decode", "bf16", 848, 480, 61, 1, 256),  # six temporal windows, each tiled
-    ("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384),
+    pytest.param("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384, marks=pytest.mark.slow),
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
                                                                    frames, batch, tile):
