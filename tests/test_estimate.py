@@ -10,6 +10,9 @@ import sys
 import pytest
 
 from vaemem import estimate as est
+from vaemem.errors import VaememError
+from vaemem.measuring.point import check_geometry
+from vaemem.models.zoo import get_spec
 
 MIB = 1024 * 1024
 
@@ -132,7 +135,7 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
 
 def test_tiled_video_without_a_structure_is_priced_untiled():
     """Mochi's tiling has no structure (its tiles' whole clips split convolutions): the fallback prices the
-    untiled request (an upper bound), not the legacy rule with frames as pixels. Wan 2.2's tiled encode has none
+    untiled request (an upper bound), not the legacy rule with frames as pixels. MiniMax-H3's tiled encode has none
     either, and its untiled encode was measured here."""
     kw = dict(frames=85, dtype="bf16", backend="cudnn", allocator="native", os="linux")
     untiled = est.working_memory_bytes("mochi", "decode", 848, 480, **kw)
@@ -140,11 +143,27 @@ def test_tiled_video_without_a_structure_is_priced_untiled():
         e = est.explain("mochi", "decode", 848, 480, tile=tile, **kw)
         assert e.source == "fallback" and e.bytes == untiled and "priced as the untiled request, an upper bound" in e.reason
     cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")  # untiled measured
-    whole = est.explain("wan22", "encode", 512, 512, **cpu)
-    tiled = est.explain("wan22", "encode", 512, 512, tile=256, **cpu)
+    whole = est.explain("minimax-h3", "encode", 512, 512, **cpu)
+    tiled = est.explain("minimax-h3", "encode", 512, 512, tile=256, **cpu)
     assert (tiled.bytes, tiled.source, tiled.group) == (whole.bytes, "measured", whole.group)
     assert tiled.reason == whole.reason + "; tiled video has no dry-run structure: priced as the untiled request, " \
         "an upper bound"
+
+
+def test_a_tile_that_covers_the_image_in_the_classs_own_pixels_is_refused():
+    """Wan 2.2's encode tiles its patchified clip: a 256 px tile covers 512 px, so a 512x384 request would not
+    tile and is refused, by the estimator (the structure's tile_scale) and by a measurement point alike; its
+    decode counts sample pixels."""
+    kw = dict(frames=9, dtype="bf16", backend="cudnn", allocator="native", os="linux")
+    with pytest.raises(ValueError, match="covers 512 px"):
+        est.working_memory_bytes("wan22", "encode", 512, 384, tile=256, **kw)
+    assert est.working_memory_bytes("wan22", "encode", 640, 384, tile=256, **kw) > 0
+    assert est.working_memory_bytes("wan22", "decode", 512, 384, tile=256, **kw) > 0
+    with pytest.raises(ValueError, match="covers 512 px"):
+        est.dry_run_bytes(None, "wan22", "encode", 512, 384, dtype="bf16", frames=9, tile=256)
+    assert 256 not in est.largest_tile("wan22", "encode", 512, 384, 10 ** 13, **kw)["priced"]
+    with pytest.raises(VaememError, match="covers 512 px"):
+        check_geometry(get_spec("wan22"), "encode", "bf16", 512, 384, 1, 9, 256)
 
 
 def test_a_tile_past_the_structures_largest_is_refused_and_skipped():
@@ -224,6 +243,8 @@ def test_the_tiles_are_cut_as_diffusers_loops_cut_them():
     assert len(est.tile_sides(1088, 1088, 296, 8, 0.25, "latent")[0]) == 6
     # DC-AE (given a stride) with 320 px tiles at factor 32: the overlap 80 px rounds down to 64, a step of 256
     assert est.tile_sides(1024, 1024, 320, 32, 0.25, "sample")[0] == [320, 320, 320, 256]
+    # Wan 2.2's encode cuts its patchified 768x512 input into 256 px tiles 192 apart: 512 px tiles 384 apart
+    assert est.tile_sides(1536, 1024, 256, 16, 0.25, "sample", 2) == ([512, 512, 256], [512, 512, 512, 384])
 
 
 def test_the_tiled_peak_is_at_the_tile_whose_working_set_on_top_of_the_store_is_largest():

@@ -304,6 +304,11 @@ def _check_structure(s: dict, where: str) -> None:
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
         rule = _field(s, "stride_rule", where, "str")
         _need(rule in ("latent", "pixel", "sample"), f"{where}.stride_rule", '"latent", "pixel" or "sample"', rule)
+        scale = s.get("tile_scale", 1)
+        _need(type(scale) is int and scale > 0 and f % scale == 0, f"{where}.tile_scale",
+              f"an int > 0 that divides spatial_factor {f}", scale)
+        if "held_bytes_per_pixel_frame" in s:
+            _field(s, "held_bytes_per_pixel_frame", where, "num>=0")
         tile_min = s.get("tile_min", 0)
         _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
               tile_min)
@@ -509,13 +514,18 @@ def sample_stride(tile: int, factor: int, overlap: float) -> int:
 
 
 def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
-               stride_rule: str = "latent") -> tuple[list[int], list[int]]:
+               stride_rule: str = "latent", scale: int = 1) -> tuple[list[int], list[int]]:
     """(heights of the tile rows, widths of the tile columns) in sample pixels, as diffusers' loops cut the image,
     each tile ``tile`` px or what is left at the edge. The step (``stride_rule``): "latent", int(tile / factor x
     (1 - overlap)) latent px (a decode of the classes that take an overlap factor); "pixel", int(tile x (1 -
     overlap)) sample px (their encode); "sample", tile minus the overlap rounded down to the factor, at least one
     factor (the classes given a stride, :func:`sample_stride`). They differ where the overlap is no whole latent
-    pixel (320 px tiles at factor 32: a step of 7 latent px against 8)."""
+    pixel (320 px tiles at factor 32: a step of 7 latent px against 8). ``scale``: sample px per px the loop
+    counts (Wan 2.2's encode tiles its patchified input, 2 px a side per px: the tile, the stride and the image
+    are all in its pixels, so a 256 px tile covers 512 sample px)."""
+    if scale > 1:
+        rows, cols = tile_sides(width // scale, height // scale, tile, factor, overlap, stride_rule)
+        return [r * scale for r in rows], [c * scale for c in cols]
     if stride_rule == "latent":
         tile = tile // factor * factor
         stride = (int(tile // factor * (1 - overlap)) or 1) * factor
@@ -528,12 +538,13 @@ def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
 
 
 def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: float, a: float,
-                     b: float, stride_rule: str = "latent", q: float = 0.0) -> tuple[float, float, float]:
+                     b: float, stride_rule: str = "latent", q: float = 0.0, scale: int = 1
+                     ) -> tuple[float, float, float]:
     """(its area, the area stored before it, the area of all tiles) in sample pixels, for the tile where
     ``a x area + q x area^2 + b x stored`` is largest, over the tiles in diffusers' order (rows, then columns): a
     tile's working set grows with its own area (``q``: HunyuanVideo's causal mask over the tile's tokens), and
     every finished tile is kept until the blend. Ties go to the first such tile."""
-    rows, cols = tile_sides(width, height, tile, factor, overlap, stride_rule)
+    rows, cols = tile_sides(width, height, tile, factor, overlap, stride_rule, scale)
     best, best_v, stored = (0.0, 0.0), float("-inf"), 0.0
     for r in rows:
         for c in cols:
@@ -551,7 +562,7 @@ def compile_structure(s: dict) -> tuple:
         windows = None if w is None else (w["op"] == "decode", w["frames"], w["stride_frames"], w["temporal_factor"],
                                           w["bytes_per_pixel_frame"])
         return (True, tuple(s["knots"]), tuple(tuple(k) for k in s["coef"]), s["spatial_factor"], s["overlap"],
-                s["stride_rule"], windows)
+                s["stride_rule"], windows, s.get("tile_scale", 1), s.get("held_bytes_per_pixel_frame", 0.0))
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
@@ -736,10 +747,10 @@ def _tiled_clip(c: tuple, width: int, height: int, frames: int, tile: int | None
         k = tuple(x + (y - x) * u for x, y in zip(p, k))
     a, s, o = (x if x > 0 else 0.0 for x in k[:3])  # extrapolated past the last knot: never negative
     q = k[4] if len(k) > 4 and k[4] > 0 else 0.0
-    area, stored, total = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5], q)  # type: ignore[arg-type]
+    area, stored, total = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5], q, c[7])  # type: ignore[arg-type]
     loop = a * area + q * area * area + s * stored
     assembly = s * total + o * width * height  # the tiles, then the blend and cat
-    return (loop if loop > assembly else assembly) + k[3]
+    return (loop if loop > assembly else assembly) + k[3] + c[8] * width * height * frames  # + what it holds
 
 
 def temporal_windows(decode: bool, min_frames: int, stride: int, factor: int, frames: int) -> list[tuple[int, int, int]]:
@@ -819,8 +830,10 @@ def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, t
     knot (an image: one knot), linear in frames between knots and extrapolated along the last segment; a fifth
     number per knot, where given, is ``q`` of a ``q x its area^2`` term of the tile at work (HunyuanVideo's causal
     mask). A tiled structure with ``windows`` runs a clip longer than one window window by window
-    (:func:`window_peak`), each window's clip priced as above. Batch multiplies the whole (dry runs scale exactly
-    with batch)."""
+    (:func:`window_peak`), each window's clip priced as above; one with ``tile_scale`` cuts its tiles in scaled
+    pixels (:func:`tile_sides`) and adds ``held_bytes_per_pixel_frame x width x height x frames``, what it holds
+    for the whole op (Wan 2.2's encode: its patchified copy of the clip). Batch multiplies the whole (dry runs
+    scale exactly with batch)."""
     return structure_eval(compile_structure(s), width, height, batch, frames, tile)
 
 
@@ -904,9 +917,11 @@ def _positive_int(name: str, v: object) -> int:
     return n
 
 
-def geometry_error(model: str, factor: int, width: int, height: int, tile: int | None) -> str | None:
+def geometry_error(model: str, factor: int, width: int, height: int, tile: int | None, scale: int = 1
+                   ) -> str | None:
     """What is wrong with a ``width`` x ``height`` px request (tiles of ``tile`` px, None: untiled) of a model
-    whose sizes step by ``factor`` px, or None. The one owner of these rules: pricing and measurement points
+    whose sizes step by ``factor`` px, or None; ``scale``: sample px per px its tile counts (a tiled structure's
+    ``tile_scale``). The one owner of these rules: pricing and measurement points
     (:func:`vaemem.measuring.point.check_geometry`) both call it."""
     if width % factor or height % factor:
         return f"{model} needs width and height in multiples of {factor} px, got {width}x{height}"
@@ -914,8 +929,9 @@ def geometry_error(model: str, factor: int, width: int, height: int, tile: int |
         return None
     if tile <= 0 or tile % factor:
         return f"tile must be a positive multiple of {factor} px for {model}, got {tile!r}"
-    if tile >= max(width, height):
-        return f"tile {tile} is not smaller than {width}x{height}: no tiling would happen"
+    if tile * scale >= max(width, height):
+        covers = f" (a {tile} px tile of {model}'s loop covers {tile * scale} px)" if scale > 1 else ""
+        return f"tile {tile} is not smaller than {width}x{height}{covers}: no tiling would happen"
     if tile == factor:  # the tiles overlap by at least one latent pixel: a tile of ``factor`` px would not advance
         return (f"tile must be larger than {factor} px for {model} (tiles overlap by at least one latent pixel), "
                 f"got {tile}")
@@ -1011,7 +1027,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "tile_scale", "untiled")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -1046,6 +1062,7 @@ class _Plan:
         self.cs = None if s is None else compile_structure(s)
         # the smallest tile the tiled structure's dry runs had: below it the basis misses (64 px tiles: 0.73x)
         self.tile_min = s.get("tile_min", 0) if s is not None and s["kind"] == "tiled" else 0
+        self.tile_scale = s.get("tile_scale", 1) if s is not None and s["kind"] == "tiled" else 1
         # the largest, where the basis stops there (HunyuanVideo: past its grid's tiles a causal mask leads)
         self.tile_max = s.get("tile_max") if s is not None and s["kind"] == "tiled" else None
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
@@ -1103,7 +1120,7 @@ class _Plan:
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
-        # tiled video without a dry-run structure (Mochi, MiniMax-H3, Wan 2.2's encode): its untiled price is
+        # tiled video without a dry-run structure (Mochi, MiniMax-H3): its untiled price is
         # an upper bound (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles
         # and 2413 with 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would
         # price the frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
@@ -1132,7 +1149,7 @@ class _Plan:
         if t is not None and type(t) is not int:
             t = _positive_int("tile", t)
         if w % sf or h % sf or t is not None:  # type: ignore[operator]
-            problem = geometry_error(self.model, sf, w, h, t)  # type: ignore[arg-type]
+            problem = geometry_error(self.model, sf, w, h, t, self.tile_scale)  # type: ignore[arg-type]
             if problem:
                 raise ValueError(problem)
             if t is not None and t < self.tile_min:  # type: ignore[operator]
@@ -1238,8 +1255,8 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (Mochi's and MiniMax-H3's tiled video, Wan 2.2's tiled encode, an architecture never
-    dry-run, a tile outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
+    structure covers the request (Mochi's and MiniMax-H3's tiled video, an architecture never dry-run, a tile
+    outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
     the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
     outputs. A request no model could run raises ValueError."""
@@ -1250,8 +1267,10 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     m = _model(coef, model)
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
+    ts = None if tile is None else coef.get("structures", {}).get(structure_key(m["architecture"], op, dtype, True))
     problem = geometry_error(model, m["spatial_factor"], width, height,
-                             None if tile is None else _positive_int("tile", tile)) or \
+                             None if tile is None else _positive_int("tile", tile),
+                             1 if ts is None else ts.get("tile_scale", 1)) or \
         frames_error(model, frame_step(m), frames)
     if problem:
         raise ValueError(problem)
@@ -1444,9 +1463,9 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     priced: dict = {}
     best = None
     for t in tiles:
-        if t < tile_min or (tile_max is not None and t > tile_max) or geometry_error(model, f, width, height, t):
+        if t < tile_min or (tile_max is not None and t > tile_max) or \
+                geometry_error(model, f, width, height, t, plan.tile_scale):
             continue  # one that could not be priced is skipped
-            continue
         priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
         if best is None and priced[t] <= budget:
             best = t

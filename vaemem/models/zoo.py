@@ -305,6 +305,14 @@ class ModelSpec:
             return "latent" if op == "decode" else "pixel"
         return "sample"
 
+    def tile_scale(self, op: str) -> int:
+        """Sample px a side per px its tiled ``op`` counts: Wan 2.2's encode (a Wan with ``patch_size``)
+        patchifies first and tiles the patchified input, its tile, stride and size test all in those pixels, so a
+        256 px tile covers 512 sample px (its decode converts them: 1); 1 for every other class."""
+        if self.class_name == "AutoencoderKLWan" and op == "encode":
+            return self.config.get("patch_size") or 1
+        return 1
+
     def tiled_refusal(self, op: str) -> str | None:
         """Why this model's tiled ``op`` cannot run, or None if it can."""
         return dict(self.info.refused_tiled_ops).get(op)

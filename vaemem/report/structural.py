@@ -105,9 +105,14 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
             per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7]))
         if len(per_arch) < 2:
             continue
+        # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
+        factor = {a: round(statistics.median(r[2] / r[0] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS)
+                           if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
+                           else statistics.median(r[2] / r[0] for r in rows), 3) for a, rows in per_arch.items()}
         for x, ratios in held_out_ratios(per_arch, margin).items():
+            others = [factor[a] for a in per_arch if a != x]
             row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
-                   **_stats(ratios)}
+                   **_stats(ratios), "demand_per_dry": factor[x], "others_demand_per_dry": [min(others), max(others)]}
             row["listed"] = row["under"] > 0 or row["max"] > LOAO_LIST
             out.append(row)
     return out
@@ -221,6 +226,16 @@ def _f(s: dict[str, Any] | None) -> str:
     return f"{under}{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"
 
 
+def _listed(r: dict[str, Any]) -> str:
+    """The listed column of a leave-one-architecture-out row: why, from its demand / dry run against the others'."""
+    if not r["listed"]:
+        return ""
+    lo, hi = r["others_demand_per_dry"]
+    if r["under"]:
+        return "under: its demand / dry above the others'" if r["demand_per_dry"] > hi else "under"
+    return "over: its demand / dry below the others'" if r["demand_per_dry"] < lo else "over"
+
+
 def markdown(s: dict[str, Any]) -> str:
     """The structural tables as Markdown (min / median / max of reservation or demand ratios)."""
     out = ["## Measured demand / dry-run peak, per group\n", "| group | points | min / median / max |",
@@ -239,10 +254,15 @@ def markdown(s: dict[str, Any]) -> str:
             for g, r in s["held_out"].items()]
     out += ["", "## Leave one architecture out: its points priced by the class line of the others\n",
             f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
-            f"{s['goal']['loao_listed_above']}. Points in the calibration domain.\n",
-            "| calibration | left out | trained on | ratio | listed |", "|---|---|---|---|---|"]
+            f"{s['goal']['loao_listed_above']}. Points in the calibration domain. Demand / dry run: the medians "
+            f"over the domain's points, its own and the others' range; a listed architecture's reason is there: "
+            f"on this CPU the factor is not one number per kernel class (README, \"Why the architectures of a "
+            f"class disagree\").\n",
+            "| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
+            "|---|---|---|---|---|---|---|"]
     out += [f"| {r['calibration']} | {r['architecture']} | {', '.join(r['trained_on'])} | {_f(r)} | "
-            f"{'yes' if r['listed'] else ''} |" for r in s["leave_one_architecture_out"]]
+            f"{r['demand_per_dry']:.2f} | {r['others_demand_per_dry'][0]:.2f}-{r['others_demand_per_dry'][1]:.2f} | "
+            f"{_listed(r)} |" for r in s["leave_one_architecture_out"]]
     out += ["", "## Reservation / demand: vaemem against the apps' rules, same points\n",
             "| group | vaemem | legacy rule | ComfyUI | InvokeAI |", "|---|---|---|---|---|"]
     out += [f"| {g} | {_f(r['vaemem'])} | {_f(r['legacy'])} | {_f(r['comfyui'])} | {_f(r['invokeai'])} |"

@@ -78,11 +78,12 @@ TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
 # frame knot: from 20 dry runs each is exact, or within 0.3 %, at 49-161 frames off the grid. HunyuanVideo also
 # tiles in time by default (17-frame windows): its basis is traced with the windows off at every window length
 # (``whole_clip``) and the estimator runs the windows on top (vaemem.estimate.window_peak). Mochi's tiles run whole clips
-# through its size-triggered split convolutions (0.45-1.29x off the grid). Wan 2.2's tiled encode is left out: it
-# patchifies first and then steps over the patchified pixels, so its tiles are twice the size asked for in each
-# direction (a 256 px tile covers 512 px), which the stride rules here do not say; derived as it is, it was 1.08-9.1x
-# the dry run off the grid. Wan 2.1's (and Qwen-Image's, the same layers) is exact off the grid.
-TILED_VIDEO_OPS = {"wan21": ("decode", "encode"), "wan22": ("decode",), "ltx-video": ("decode", "encode"),
+# through its size-triggered split convolutions (0.45-1.29x off the grid). Wan 2.2's encode patchifies first and
+# then tiles the patchified input, so a 256 px tile covers 512 px (``tile_scale`` 2: its grid's images are twice
+# as wide and high) and the patchified copy of the clip, the input's bytes, is held for the whole op
+# (``held_bytes_per_pixel_frame``); without the two its structure was 1.08-9.1x, then 0.94-1.11x, off the grid,
+# with them exact (``benchmarks/structure_check.py --tiled``). Wan 2.1's (and Qwen-Image's) needs neither.
+TILED_VIDEO_OPS = {"wan21": ("decode", "encode"), "wan22": ("decode", "encode"), "ltx-video": ("decode", "encode"),
                    "ltx-video-0.9.5": ("decode", "encode"), "ltx-2": ("decode", "encode"),
                    "ltx-2.3": ("decode", "encode"), "hunyuanvideo-1.5": ("decode", "encode"),
                    "cogvideox": ("decode", "encode"), "hunyuanvideo": ("decode", "encode")}
@@ -116,12 +117,16 @@ TILE_ASSEMBLY = (256, 3072, 3072)
 TILE_ASSEMBLY_VIDEO = (256, 2048, 1024)
 
 
-def _tiles(spec: ModelSpec) -> tuple[tuple[int, int, int], ...]:
+def _tiles(spec: ModelSpec, op: str) -> tuple[tuple[int, int, int], ...]:
     """(tile, width, height) of a tiled structure's dry runs at each frame knot: the tile loop's grid, then the
-    assembly's point. A class whose tiles build a causal mask fits one more term, so gets one more point."""
+    assembly's point. A class whose tiles build a causal mask fits one more term, so gets one more point; one
+    whose loop counts scaled pixels (:meth:`~vaemem.models.zoo.ModelSpec.tile_scale`) has its images scaled, so
+    each tile covers what it covers elsewhere in the grid's pixels."""
     if not spec.is_video:
         return (*TILE_GRID, TILE_ASSEMBLY)
-    return (*TILE_GRID_VIDEO, *((TILE_MASK_EXTRA,) if spec.info.causal_mask else ()), TILE_ASSEMBLY_VIDEO)
+    k = spec.tile_scale(op)
+    return tuple((t, w * k, h * k) for t, w, h in (*TILE_GRID_VIDEO, *((TILE_MASK_EXTRA,) if spec.info.causal_mask
+                                                                     else ()), TILE_ASSEMBLY_VIDEO))
 
 
 def _sizes(spec: ModelSpec, attention: str = "fused") -> tuple[tuple[int, int], ...]:
@@ -149,7 +154,7 @@ def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") 
     if tiled:  # a class with temporal windows: each window's own tile loop, the windows evaluated on top
         whole = spec.info.temporal_windows is not None
         return [TraceSpec(name, op, dtype, w, h, frames=f, tile=t, whole_clip=whole) for f in frame_knots(spec, True)
-                for t, w, h in _tiles(spec)]
+                for t, w, h in _tiles(spec, op)]
     sizes = _sizes(spec, attention)
     if spec.is_video and attention == "fused":
         sizes += _upper_sizes(spec)[1:]
@@ -197,7 +202,7 @@ ASSEMBLY_MODULE = "(top level)"  # a dry run's peak_module where the peak is in 
 
 
 def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: list[bool], factor: int,
-                 rule: str, quadratic: bool = False) -> tuple[list[float], float | None]:
+                 rule: str, quadratic: bool = False, scale: int = 1) -> tuple[list[float], float | None]:
     """(a, s, base) and ``o`` of ``max(max over tiles (a x area + s x stored), s x all tiles + o x width x height)
     + base`` through the dry runs at (width, height, tile) ``points``; ``o`` is None where no point peaks in the
     assembly. Which term a point peaks in is the dry run's evidence: the assembly (the rows and the output
@@ -208,12 +213,15 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
     tiles (rounded up), so those points are priced at least at their dry run. Fitting the loop alone was 0.97-1.11x
     in sample for LTX-Video's fp32 decode, whose assembly leads at three of its five points at 17 frames.
     ``quadratic``: the tile at work also costs ``q x its area^2`` (a causal mask over its tokens), and the result
-    is (a, s, base, q). Rounded: per pixel to 1e-3, q to 7 significant digits, bytes whole."""
+    is (a, s, base, q). ``scale``: the class's :meth:`~vaemem.models.zoo.ModelSpec.tile_scale`. Rounded: per
+    pixel to 1e-3, q to 7 significant digits, bytes whole."""
     def terms(c: list[float]) -> list[tuple[float, float]]:
         q = c[3] if quadratic else 0.0
-        return [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule, q)[:2] for w, h, t in points]
+        return [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule, q, scale)[:2]
+                for w, h, t in points]
 
-    totals = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, 0.0, 0.0, rule)[2] for w, h, t in points]
+    totals = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, 0.0, 0.0, rule, 0.0, scale)[2]
+              for w, h, t in points]
     areas = [float(w * h) for w, h, _ in points]
     any_assembly = any(assembly)
 
@@ -232,7 +240,7 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
         return c, err
 
     def last(w: int, h: int, t: int) -> tuple[float, float]:
-        rows, cols = est.tile_sides(w, h, t, factor, GRID_OVERLAP, rule)
+        rows, cols = est.tile_sides(w, h, t, factor, GRID_OVERLAP, rule, scale)
         total = float(sum(rows) * sum(cols))
         return float(rows[-1] * cols[-1]), total - rows[-1] * cols[-1]
 
@@ -263,29 +271,31 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
 
 
 def _tiled_knot(frames: int, keys: list[tuple], peaks: dict, modules: dict, factor: int, rule: str,
-                o_copies: float | None, quadratic: bool = False) -> list[float]:
+                o_copies: float | None, quadratic: bool = False, scale: int = 1, held: float = 0.0) -> list[float]:
     """(a, s, o, base), and q where ``quadratic``, of one frame knot from its dry runs ``keys`` (the loop's grid, then the assembly's point),
     by the better of two readings of which term each peaks in: the grid's design (only the last point can peak in
     the assembly) and the dry runs' evidence (those whose peak is outside every module). The design is exact for
     every image class; the evidence for LTX-Video's fp32 decode, whose assembly leads at small images too. The one
     whose structure is nearer every dry run of the knot wins (the design on a tie). Where the assembly leads at
     none, it holds the class's copies of the output (``o_copies``): Wan 2.2's never leads at 2048x1024, and with
-    two copies its 4096x2048 x 9 frames was priced 0.79x (it holds three)."""
+    two copies its 4096x2048 x 9 frames was priced 0.79x (it holds three). ``held``: bytes per pixel and frame
+    of the whole clip the op holds throughout, known, taken off before the fit."""
     points = [(w, h, t) for w, h, _, t in keys]
-    ys = [peaks[k] for k in keys]
+    ys = [peaks[k] - held * k[0] * k[1] * frames for k in keys]
     best, best_err = None, math.inf
     unknowns = 4 if quadratic else 3
     for assembly in ([k == keys[-1] for k in keys], [modules[k] == ASSEMBLY_MODULE for k in keys]):
         if all(assembly) or len(keys) < unknowns + any(assembly):  # too few points to fit every term jointly
             continue
-        (a, s, base, *q), o = _tiled_piece(points, ys, assembly, factor, rule, quadratic)
+        (a, s, base, *q), o = _tiled_piece(points, ys, assembly, factor, rule, quadratic, scale)
         if o is None:
             if o_copies is None:
                 raise ValueError(f"{frames} frames: the assembly's dry run records no output bytes")
             o = o_copies
         one = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": factor, "stride_rule": rule,
+               **({"tile_scale": scale, "held_bytes_per_pixel_frame": held} if scale > 1 else {}),
                "knots": [frames], "coef": [[a, s, o, base, *q]]}
-        err = max(abs(est.structure_bytes(one, w, h, 1, frames, t) - y) / y for (w, h, t), y in zip(points, ys))
+        err = max(abs(est.structure_bytes(one, *k[:2], 1, frames, k[3]) - peaks[k]) / peaks[k] for k in keys)
         if err < best_err:
             best, best_err = [a, s, o, base, *q], err
     return best  # type: ignore[return-value]
@@ -371,18 +381,24 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     if tiled:
         knots = frame_knots(spec, True)
         coef = []
-        rule = spec.tile_stride_rule(op)
+        rule, scale = spec.tile_stride_rule(op), spec.tile_scale(op)
+        # a class that patchifies before it tiles (Wan 2.2's encode) holds the patchified copy of the whole clip,
+        # the input's bytes, for the whole op: a term of the image, not of a tile (without it 0.94-1.11x off the grid)
+        held = spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype] / scale ** 2 if scale > 1 else 0.0
         for fr in knots:
             at = [k for k in wanted if k[2] == fr]  # the loop's grid, then the assembly's point
             big = at[-1]
             o_copies = (math.ceil(spec.info.tiled_output_copies * outputs[big] / (big[0] * big[1]) * 1000 - 1e-6)
                         / 1000 if outputs[big] else None)
             try:
-                coef.append(_tiled_knot(fr, at, peaks, modules, f, rule, o_copies, spec.info.causal_mask))
+                coef.append(_tiled_knot(fr, at, peaks, modules, f, rule, o_copies, spec.info.causal_mask, scale,
+                                        held))
             except ValueError as e:
                 raise ValueError(f"{name} {op} {dtype}: {e}") from None
         out = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": f, "stride_rule": rule,
-               "tile_min": min(t for *_, t in wanted), "knots": knots, "coef": coef}
+               **({"tile_scale": scale, "held_bytes_per_pixel_frame": held} if scale > 1 else {}),
+               "tile_min": min(t for *_, t in wanted),
+               "knots": knots, "coef": coef}
         if spec.info.causal_mask:  # past its grid's tiles the mask leads (TILE_MASK_EXTRA)
             out["tile_max"] = max(t for *_, t in wanted)
         if whole_clip:  # the windows, with their output's bytes per pixel and frame (rounded up to 1e-3 B)
