@@ -134,13 +134,13 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
 
 
 def test_tiled_video_without_a_structure_is_priced_untiled():
-    """Mochi's tiling has no structure (its tiles' whole clips split convolutions): the fallback prices the
-    untiled request (an upper bound), not the legacy rule with frames as pixels. MiniMax-H3's tiled encode has none
-    either, and its untiled encode was measured here."""
+    """MiniMax-H3's tiling has no structure (it encodes 17-frame clips one after another, each tiled by a rule of
+    its own): the fallback prices the untiled request (an upper bound), not the legacy rule with frames as
+    pixels; and where its untiled encode was measured (here), the measured line does."""
     kw = dict(frames=85, dtype="bf16", backend="cudnn", allocator="native", os="linux")
-    untiled = est.working_memory_bytes("mochi", "decode", 848, 480, **kw)
+    untiled = est.working_memory_bytes("minimax-h3", "encode", 848, 480, **kw)
     for tile in (256, 512):
-        e = est.explain("mochi", "decode", 848, 480, tile=tile, **kw)
+        e = est.explain("minimax-h3", "encode", 848, 480, tile=tile, **kw)
         assert e.source == "fallback" and e.bytes == untiled and "priced as the untiled request, an upper bound" in e.reason
     cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")  # untiled measured
     whole = est.explain("minimax-h3", "encode", 512, 512, **cpu)
@@ -254,10 +254,10 @@ def test_the_tiled_peak_is_at_the_tile_whose_working_set_on_top_of_the_store_is_
     for a, s in ((1000.0, 1.0), (10.0, 1.0), (1.0, 100.0)):
         v = [a * x + s * y for x, y in zip(areas, stored)]
         k = v.index(max(v))
-        assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, a, s) == (areas[k], stored[k], sum(areas))
+        assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, a, s) == (areas[k], stored[k], sum(areas), 0.0)
     assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1000.0, 1.0)[:2] == (262144, 262144)  # the second whole
     # tile, with the first stored; the last tile
-    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1.0, 100.0) == (32768, sum(areas[:5]), sum(areas))
+    assert est.tiled_peak_terms(1024, 512, 512, 8, 0.25, 1.0, 100.0) == (32768, sum(areas[:5]), sum(areas), 0.0)
 
 
 def test_fallback_never_prices_below_legacy():

@@ -309,6 +309,10 @@ def _check_structure(s: dict, where: str) -> None:
               f"an int > 0 that divides spatial_factor {f}", scale)
         if "held_bytes_per_pixel_frame" in s:
             _field(s, "held_bytes_per_pixel_frame", where, "num>=0")
+        if "tile_working_set" in s:  # each tile runs the untiled op at its own size: that op's structure
+            ws = _field(s, "tile_working_set", where, "dict")
+            _need(ws.get("kind") == "frames", f"{where}.tile_working_set.kind", '"frames"', ws.get("kind"))
+            _check_structure(ws, f"{where}.tile_working_set")
         tile_min = s.get("tile_min", 0)
         _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
               tile_min)
@@ -538,21 +542,24 @@ def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
 
 
 def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: float, a: float,
-                     b: float, stride_rule: str = "latent", q: float = 0.0, scale: int = 1
-                     ) -> tuple[float, float, float]:
-    """(its area, the area stored before it, the area of all tiles) in sample pixels, for the tile where
-    ``a x area + q x area^2 + b x stored`` is largest, over the tiles in diffusers' order (rows, then columns): a
-    tile's working set grows with its own area (``q``: HunyuanVideo's causal mask over the tile's tokens), and
-    every finished tile is kept until the blend. Ties go to the first such tile."""
+                     b: float, stride_rule: str = "latent", q: float = 0.0, scale: int = 1,
+                     working: Callable[[int, int], float] | None = None) -> tuple[float, float, float, float]:
+    """(its area, the area stored before it, the area of all tiles, its working set) in sample pixels (bytes for
+    the last), for the tile where ``a x area + q x area^2 + working(width, height) + b x stored`` is largest,
+    over the tiles in diffusers' order (rows, then columns): a tile's working set grows with its own area (``q``:
+    HunyuanVideo's causal mask over the tile's tokens; ``working``, 0 where None: what the untiled op needs at the
+    tile's size, for a class whose tiles each run the untiled op), and every finished tile is kept until the
+    blend. Ties go to the first such tile."""
     rows, cols = tile_sides(width, height, tile, factor, overlap, stride_rule, scale)
-    best, best_v, stored = (0.0, 0.0), float("-inf"), 0.0
+    best, best_v, stored = (0.0, 0.0, 0.0), float("-inf"), 0.0
     for r in rows:
         for c in cols:
-            v = a * r * c + q * (r * c) ** 2 + b * stored
+            u = 0.0 if working is None else working(c, r)
+            v = a * r * c + q * (r * c) ** 2 + u + b * stored
             if v > best_v:
-                best, best_v = (float(r * c), stored), v
+                best, best_v = (float(r * c), stored, u), v
             stored += r * c
-    return best[0], best[1], stored
+    return best[0], best[1], stored, best[2]
 
 
 def compile_structure(s: dict) -> tuple:
@@ -562,7 +569,8 @@ def compile_structure(s: dict) -> tuple:
         windows = None if w is None else (w["op"] == "decode", w["frames"], w["stride_frames"], w["temporal_factor"],
                                           w["bytes_per_pixel_frame"])
         return (True, tuple(s["knots"]), tuple(tuple(k) for k in s["coef"]), s["spatial_factor"], s["overlap"],
-                s["stride_rule"], windows, s.get("tile_scale", 1), s.get("held_bytes_per_pixel_frame", 0.0))
+                s["stride_rule"], windows, s.get("tile_scale", 1), s.get("held_bytes_per_pixel_frame", 0.0),
+                None if "tile_working_set" not in s else compile_structure(s["tile_working_set"]))
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
@@ -747,8 +755,11 @@ def _tiled_clip(c: tuple, width: int, height: int, frames: int, tile: int | None
         k = tuple(x + (y - x) * u for x, y in zip(p, k))
     a, s, o = (x if x > 0 else 0.0 for x in k[:3])  # extrapolated past the last knot: never negative
     q = k[4] if len(k) > 4 and k[4] > 0 else 0.0
-    area, stored, total = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5], q, c[7])  # type: ignore[arg-type]
-    loop = a * area + q * area * area + s * stored
+    ws = c[9]
+    working = None if ws is None else (lambda w, h: structure_eval(ws, w, h, 1, frames, None))
+    area, stored, total, u = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5], q, c[7],  # type: ignore[arg-type]
+                                              working)
+    loop = a * area + q * area * area + u + s * stored
     assembly = s * total + o * width * height  # the tiles, then the blend and cat
     return (loop if loop > assembly else assembly) + k[3] + c[8] * width * height * frames  # + what it holds
 
@@ -1120,7 +1131,7 @@ class _Plan:
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
-        # tiled video without a dry-run structure (Mochi, MiniMax-H3): its untiled price is
+        # tiled video without a dry-run structure (MiniMax-H3): its untiled price is
         # an upper bound (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles
         # and 2413 with 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would
         # price the frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
@@ -1255,7 +1266,7 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (Mochi's and MiniMax-H3's tiled video, an architecture never dry-run, a tile
+    structure covers the request (MiniMax-H3's tiled encode, an architecture never dry-run, a tile
     outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
     the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``

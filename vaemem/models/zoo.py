@@ -229,6 +229,10 @@ class ClassInfo:
     # leads past about 1100 px tiles). HunyuanVideo 1.5's mask too, but at its 16x latent it never leads at sizes
     # apps run (512 px tiles, 241 frames: about 7 of 107 GiB), and its tiled structure is exact without the term.
     causal_mask: bool = False
+    # each tile of its tiled op runs the untiled op on the tile's whole clip, so its tiled structure prices the
+    # tile at work by the untiled structure at the tile's size (``tile_working_set``): Mochi, whose split
+    # convolutions make that a step in the tile's size and frames the per-area basis cannot follow (0.45-1.29x)
+    tiles_run_untiled_op: bool = False
 
 
 CLASSES: dict[str, ClassInfo] = {
@@ -252,7 +256,8 @@ CLASSES: dict[str, ClassInfo] = {
     "AutoencoderKLHunyuanVideo15": ClassInfo("hunyuanvideo15", "conv3d", True, True),
     "AutoencoderKLLTXVideo": ClassInfo("ltx", "conv3d", True, True),
     "AutoencoderKLLTX2Video": ClassInfo("ltx2", "conv3d", True, True),
-    "AutoencoderKLMochi": ClassInfo("mochi", "conv3d", True, True, split_convs=True),  # CogVideoX's convolutions
+    "AutoencoderKLMochi": ClassInfo("mochi", "conv3d", True, True, split_convs=True,  # CogVideoX's convolutions
+                                    tiles_run_untiled_op=True),
 }
 FAMILIES = {cls: info.family for cls, info in CLASSES.items()}
 

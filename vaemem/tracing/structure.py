@@ -31,8 +31,9 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   chunk, so ``s`` is the stored clip's bytes per pixel (12 B x frames in fp32). HunyuanVideo's clips of more than
   16 frames run in temporal windows: its knots are every window length, traced with the windows off, and the
   estimator runs the windows on top. Which term a grid point peaks in is read from the dry run (a peak outside
-  every module is the assembly). Other tiled video is not structured (priced from its own measured points, else
-  untiled: an upper bound).
+  every module is the assembly). Mochi's tiles run its untiled op at the tile's size, split convolutions
+  included, so the tile at work is its untiled structure there (``tile_working_set``). MiniMax-H3's tiled encode
+  is not structured (priced from its own measured points, else untiled: an upper bound).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
 * The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
@@ -60,7 +61,7 @@ The evaluation lives in :mod:`vaemem.estimate` (stdlib only); this module choose
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vaemem import estimate as est
@@ -78,7 +79,10 @@ TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
 # frame knot: from 20 dry runs each is exact, or within 0.3 %, at 49-161 frames off the grid. HunyuanVideo also
 # tiles in time by default (17-frame windows): its basis is traced with the windows off at every window length
 # (``whole_clip``) and the estimator runs the windows on top (vaemem.estimate.window_peak). Mochi's tiles run whole clips
-# through its size-triggered split convolutions (0.45-1.29x off the grid). Wan 2.2's encode patchifies first and
+# through its size-triggered split convolutions, a step the per-area basis cannot follow (0.45-1.29x off the
+# grid): each tile at work is priced by Mochi's untiled structure at the tile's size, splits included
+# (``tile_working_set``), the rest of the basis on top: within 0.03 % off the grid (848x480 to 1280x720, 31-85
+# frames, 256-512 px tiles). Wan 2.2's encode patchifies first and
 # then tiles the patchified input, so a 256 px tile covers 512 px (``tile_scale`` 2: its grid's images are twice
 # as wide and high) and the patchified copy of the clip, the input's bytes, is held for the whole op
 # (``held_bytes_per_pixel_frame``); without the two its structure was 1.08-9.1x, then 0.94-1.11x, off the grid,
@@ -86,7 +90,8 @@ TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
 TILED_VIDEO_OPS = {"wan21": ("decode", "encode"), "wan22": ("decode", "encode"), "ltx-video": ("decode", "encode"),
                    "ltx-video-0.9.5": ("decode", "encode"), "ltx-2": ("decode", "encode"),
                    "ltx-2.3": ("decode", "encode"), "hunyuanvideo-1.5": ("decode", "encode"),
-                   "cogvideox": ("decode", "encode"), "hunyuanvideo": ("decode", "encode")}
+                   "cogvideox": ("decode", "encode"), "hunyuanvideo": ("decode", "encode"),
+                   "mochi": ("decode", "encode")}
 # A tiled clip's grid: four tiles and the assembly's point at four knots (1, 5, 9, 17 frames for Wan), 20 dry
 # runs (HunyuanVideo: five tiles at its five window lengths, 30). Against the seven tiles of the image grid at six knots (1-33 frames; 168 dry runs, 25.5 minutes for Wan
 # 2.1 and 2.2 in fp32 and bf16) it is within 0.02 % at every one, 33 frames included.
@@ -202,7 +207,8 @@ ASSEMBLY_MODULE = "(top level)"  # a dry run's peak_module where the peak is in 
 
 
 def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: list[bool], factor: int,
-                 rule: str, quadratic: bool = False, scale: int = 1) -> tuple[list[float], float | None]:
+                 rule: str, quadratic: bool = False, scale: int = 1,
+                 working: Callable[[int, int], float] | None = None) -> tuple[list[float], float | None]:
     """(a, s, base) and ``o`` of ``max(max over tiles (a x area + s x stored), s x all tiles + o x width x height)
     + base`` through the dry runs at (width, height, tile) ``points``; ``o`` is None where no point peaks in the
     assembly. Which term a point peaks in is the dry run's evidence: the assembly (the rows and the output
@@ -213,42 +219,46 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
     tiles (rounded up), so those points are priced at least at their dry run. Fitting the loop alone was 0.97-1.11x
     in sample for LTX-Video's fp32 decode, whose assembly leads at three of its five points at 17 frames.
     ``quadratic``: the tile at work also costs ``q x its area^2`` (a causal mask over its tokens), and the result
-    is (a, s, base, q). ``scale``: the class's :meth:`~vaemem.models.zoo.ModelSpec.tile_scale`. Rounded: per
-    pixel to 1e-3, q to 7 significant digits, bytes whole."""
-    def terms(c: list[float]) -> list[tuple[float, float]]:
+    is (a, s, base, q). ``scale``: the class's :meth:`~vaemem.models.zoo.ModelSpec.tile_scale`. ``working``: the
+    bytes the tile at work also costs at (width, height), known (the untiled op's structure, for a class whose
+    tiles run it), taken off before the fit. Rounded: per pixel to 1e-3, q to 7 significant digits, bytes whole."""
+    def terms(c: list[float]) -> list[tuple[float, float, float]]:
         q = c[3] if quadratic else 0.0
-        return [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule, q, scale)[:2]
-                for w, h, t in points]
+        return [(x[0], x[1], x[3]) for x in (est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, c[0], c[1], rule, q,
+                                                                  scale, working) for w, h, t in points)]
 
     totals = [est.tiled_peak_terms(w, h, t, factor, GRID_OVERLAP, 0.0, 0.0, rule, 0.0, scale)[2]
               for w, h, t in points]
     areas = [float(w * h) for w, h, _ in points]
     any_assembly = any(assembly)
 
-    def loop_value(c: list[float], a: float, st: float) -> float:
-        return a * c[0] + st * c[1] + c[2] + (c[3] * a * a if quadratic else 0.0)
+    def loop_value(c: list[float], a: float, st: float, u: float) -> float:
+        return a * c[0] + st * c[1] + c[2] + u + (c[3] * a * a if quadratic else 0.0)
 
-    def fit(at: list[tuple[float, float]]) -> tuple[list[float], float]:
+    def fit(at: list[tuple[float, float, float]]) -> tuple[list[float], float]:
         # columns: a, s, o, base, q
         rows = [[0.0, tot, area, 1.0, 0.0] if asm else [a, st, 0.0, 1.0, a * a]
-                for (a, st), tot, area, asm in zip(at, totals, areas, assembly)]
+                for (a, st, _), tot, area, asm in zip(at, totals, areas, assembly)]
         keep = [0, 1, *([2] if any_assembly else []), 3, *([4] if quadratic else [])]
-        sol = _solve([[r[i] for i in keep] for r in rows], ys)
+        sol = _solve([[r[i] for i in keep] for r in rows], [y - (0.0 if asm else u)
+                                                             for y, (_, _, u), asm in zip(ys, at, assembly)])
         full = dict(zip(keep, sol))
         c = [max(full[0], 0.0), max(full[1], 0.0), full[3], *([max(full[4], 0.0)] if quadratic else [])]
-        err = max(abs(loop_value(c, a, st) - y) / y for (a, st), y, asm in zip(terms(c), ys, assembly) if not asm)
+        err = max(abs(loop_value(c, *t) - y) / y for t, y, asm in zip(terms(c), ys, assembly) if not asm)
         return c, err
 
-    def last(w: int, h: int, t: int) -> tuple[float, float]:
+    def last(w: int, h: int, t: int) -> tuple[float, float, float]:
         rows, cols = est.tile_sides(w, h, t, factor, GRID_OVERLAP, rule, scale)
         total = float(sum(rows) * sum(cols))
-        return float(rows[-1] * cols[-1]), total - rows[-1] * cols[-1]
+        return (float(rows[-1] * cols[-1]), total - rows[-1] * cols[-1],
+                0.0 if working is None else working(cols[-1], rows[-1]))
 
     # which tile a point peaks at depends only on s / a: besides every point's last tile, start from the tiles
     # that ratios from 0 to 1 pick (from the last tile alone LTX-Video's fp32 decode settled 4 % off at 17 frames,
-    # where a, s and o are exactly 2480, 204 and 408 B/px)
-    starts = [[last(*p) for p in points]] + [terms([1.0, r, 0.0, 0.0]) for r in [0.0, *(10 ** (k / 20)
-                                                                                for k in range(-100, 1))]]
+    # where a, s and o are exactly 2480, 204 and 408 B/px); with a known working set, s against its bytes per pixel
+    unit = 1.0 if working is None else working(points[0][2], points[0][2]) / points[0][2] ** 2
+    starts = [[last(*p) for p in points]] + [terms([1.0 if working is None else 0.0, r * unit, 0.0, 0.0])
+                                             for r in [0.0, *(10 ** (k / 20) for k in range(-100, 1))]]
     best, best_err = None, math.inf
     for at in starts:
         for _ in range(50):
@@ -261,7 +271,7 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
             at = moved
     a, s, base = round(best[0], 3), round(best[1], 3), round(best[2])  # type: ignore[index]
     c = [a, s, base, *([float(f"{best[3]:.6e}")] if quadratic else [])]  # type: ignore[index]
-    loop = [loop_value(c, x, st) for x, st in terms(c)]
+    loop = [loop_value(c, *t) for t in terms(c)]
     need = [y for y, lp, asm in zip(ys, loop, assembly) if asm and y > lp * (1 + 1e-4)]
     if not need:  # the loop covers every assembly point: the assembly never leads in sample
         return c, None
@@ -271,7 +281,8 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
 
 
 def _tiled_knot(frames: int, keys: list[tuple], peaks: dict, modules: dict, factor: int, rule: str,
-                o_copies: float | None, quadratic: bool = False, scale: int = 1, held: float = 0.0) -> list[float]:
+                o_copies: float | None, quadratic: bool = False, scale: int = 1, held: float = 0.0,
+                ws: dict[str, Any] | None = None) -> list[float]:
     """(a, s, o, base), and q where ``quadratic``, of one frame knot from its dry runs ``keys`` (the loop's grid, then the assembly's point),
     by the better of two readings of which term each peaks in: the grid's design (only the last point can peak in
     the assembly) and the dry runs' evidence (those whose peak is outside every module). The design is exact for
@@ -279,22 +290,31 @@ def _tiled_knot(frames: int, keys: list[tuple], peaks: dict, modules: dict, fact
     whose structure is nearer every dry run of the knot wins (the design on a tie). Where the assembly leads at
     none, it holds the class's copies of the output (``o_copies``): Wan 2.2's never leads at 2048x1024, and with
     two copies its 4096x2048 x 9 frames was priced 0.79x (it holds three). ``held``: bytes per pixel and frame
-    of the whole clip the op holds throughout, known, taken off before the fit."""
+    of the whole clip the op holds throughout, known, taken off before the fit. ``ws``: the untiled structure
+    that prices the tile at work, for a class whose tiles each run the untiled op (``tile_working_set``)."""
     points = [(w, h, t) for w, h, _, t in keys]
+    working = None
+    if ws is not None:  # compiled once and memoised: the fit asks it for the same few tile sizes many times
+        cws, seen = est.compile_structure(ws), {}
+
+        def working(w: int, h: int) -> float:
+            if (w, h) not in seen:
+                seen[(w, h)] = est.structure_eval(cws, w, h, 1, frames, None)
+            return seen[(w, h)]
     ys = [peaks[k] - held * k[0] * k[1] * frames for k in keys]
     best, best_err = None, math.inf
     unknowns = 4 if quadratic else 3
     for assembly in ([k == keys[-1] for k in keys], [modules[k] == ASSEMBLY_MODULE for k in keys]):
         if all(assembly) or len(keys) < unknowns + any(assembly):  # too few points to fit every term jointly
             continue
-        (a, s, base, *q), o = _tiled_piece(points, ys, assembly, factor, rule, quadratic, scale)
+        (a, s, base, *q), o = _tiled_piece(points, ys, assembly, factor, rule, quadratic, scale, working)
         if o is None:
             if o_copies is None:
                 raise ValueError(f"{frames} frames: the assembly's dry run records no output bytes")
             o = o_copies
         one = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": factor, "stride_rule": rule,
                **({"tile_scale": scale, "held_bytes_per_pixel_frame": held} if scale > 1 else {}),
-               "knots": [frames], "coef": [[a, s, o, base, *q]]}
+               **({"tile_working_set": ws} if ws is not None else {}), "knots": [frames], "coef": [[a, s, o, base, *q]]}
         err = max(abs(est.structure_bytes(one, *k[:2], 1, frames, k[3]) - peaks[k]) / peaks[k] for k in keys)
         if err < best_err:
             best, best_err = [a, s, o, base, *q], err
@@ -374,7 +394,10 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     if any(k not in peaks for k in wanted):
         return None
     f = spec.spatial_factor
-    if tiled and any(math.prod(c[:5]) > est.SPLIT_INPUT_ELEMENTS for k in wanted for c in splits[k]):
+    ws = derive(entries, name, op, dtype, False) if tiled and spec.info.tiles_run_untiled_op else None
+    if tiled and spec.info.tiles_run_untiled_op and ws is None:
+        return None  # its tiles are priced by the untiled structure, whose grid the cache lacks
+    if tiled and ws is None and any(math.prod(c[:5]) > est.SPLIT_INPUT_ELEMENTS for k in wanted for c in splits[k]):
         # (CogVideoX's two-latent-frame batches would split only past ~2900 px tiles)
         raise ValueError(f"{name} {op} {dtype}: a tiled dry run of the grid split a convolution, a step the tiled "
                          f"basis does not describe")
@@ -392,12 +415,12 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                         / 1000 if outputs[big] else None)
             try:
                 coef.append(_tiled_knot(fr, at, peaks, modules, f, rule, o_copies, spec.info.causal_mask, scale,
-                                        held))
+                                        held, ws))
             except ValueError as e:
                 raise ValueError(f"{name} {op} {dtype}: {e}") from None
         out = {"kind": "tiled", "overlap": GRID_OVERLAP, "spatial_factor": f, "stride_rule": rule,
                **({"tile_scale": scale, "held_bytes_per_pixel_frame": held} if scale > 1 else {}),
-               "tile_min": min(t for *_, t in wanted),
+               **({"tile_working_set": ws} if ws is not None else {}), "tile_min": min(t for *_, t in wanted),
                "knots": knots, "coef": coef}
         if spec.info.causal_mask:  # past its grid's tiles the mask leads (TILE_MASK_EXTRA)
             out["tile_max"] = max(t for *_, t in wanted)
