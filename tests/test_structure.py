@@ -65,7 +65,8 @@ def committed_structures():
     ("hunyuanvideo", "decode", "bf16", 848, 480, 61, 1, 256),  # six temporal windows, each tiled
     ("mochi", "decode", "bf16", 848, 480, 61, 1, 256),  # each tile its untiled structure at the tile's size
     # (split convolutions included): 0.45-1.29x with the per-area basis
-    ("wan22", "encode", "bf16", 1280, 720, 25, 1, 256),  # tiles of its patchified clip (each covers 512 px), and
+    ("wan22", "encode", "bf16", 1280, 720, 25, 1, 256),
+    ("wan22", "encode", "bf16", 512, 384, 9, 1, 256),  # the patchified clip is no wider than one tile: still two  # tiles of its patchified clip (each covers 512 px), and
     # the patchified copy held throughout (0.94-1.11x without it)
     pytest.param("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384, marks=pytest.mark.slow),
 ], ids=lambda v: str(v))

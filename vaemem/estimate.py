@@ -25,7 +25,7 @@ dry-run peak) get a line of their own, ``small``, which prices the requests belo
 order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
-    (or, where no structure covers the request, e.g. Mochi's tiled video, its measured pixel line
+    (or, where no structure covers the request, e.g. MiniMax-H3's tiled encode, its measured pixel line
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
@@ -825,7 +825,8 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
             a = structure_eval(ac, w, h, bs, f, None, aterms)
             dry = a if a > dry else dry
         else:
-            dry += structure_eval(ac, t, t, bs, f, None, aterms)
+            k = cs[7] if cs[0] else 1  # a tile of a scaled loop covers k x its px a side (Wan 2.2's encode)
+            dry += structure_eval(ac, t * k, t * k, bs, f, None, aterms)
     one = dry / bs
     if sliced:
         dry = one + (b - 1) * output_per_pixel(out, f) * w * h  # type: ignore[arg-type,operator]
@@ -928,21 +929,19 @@ def _positive_int(name: str, v: object) -> int:
     return n
 
 
-def geometry_error(model: str, factor: int, width: int, height: int, tile: int | None, scale: int = 1
-                   ) -> str | None:
+def geometry_error(model: str, factor: int, width: int, height: int, tile: int | None) -> str | None:
     """What is wrong with a ``width`` x ``height`` px request (tiles of ``tile`` px, None: untiled) of a model
-    whose sizes step by ``factor`` px, or None; ``scale``: sample px per px its tile counts (a tiled structure's
-    ``tile_scale``). The one owner of these rules: pricing and measurement points
-    (:func:`vaemem.measuring.point.check_geometry`) both call it."""
+    whose sizes step by ``factor`` px, or None. The one owner of these rules: pricing and measurement points
+    (:func:`vaemem.measuring.point.check_geometry`) both call it. (Wan 2.2's encode, whose loop counts
+    patchified pixels, still decides to tile on the sample size: a tile smaller than the image tiles.)"""
     if width % factor or height % factor:
         return f"{model} needs width and height in multiples of {factor} px, got {width}x{height}"
     if tile is None:
         return None
     if tile <= 0 or tile % factor:
         return f"tile must be a positive multiple of {factor} px for {model}, got {tile!r}"
-    if tile * scale >= max(width, height):
-        covers = f" (a {tile} px tile of {model}'s loop covers {tile * scale} px)" if scale > 1 else ""
-        return f"tile {tile} is not smaller than {width}x{height}{covers}: no tiling would happen"
+    if tile >= max(width, height):
+        return f"tile {tile} is not smaller than {width}x{height}: no tiling would happen"
     if tile == factor:  # the tiles overlap by at least one latent pixel: a tile of ``factor`` px would not advance
         return (f"tile must be larger than {factor} px for {model} (tiles overlap by at least one latent pixel), "
                 f"got {tile}")
@@ -1038,7 +1037,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "tile_scale", "untiled")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -1073,7 +1072,6 @@ class _Plan:
         self.cs = None if s is None else compile_structure(s)
         # the smallest tile the tiled structure's dry runs had: below it the basis misses (64 px tiles: 0.73x)
         self.tile_min = s.get("tile_min", 0) if s is not None and s["kind"] == "tiled" else 0
-        self.tile_scale = s.get("tile_scale", 1) if s is not None and s["kind"] == "tiled" else 1
         # the largest, where the basis stops there (HunyuanVideo: past its grid's tiles a causal mask leads)
         self.tile_max = s.get("tile_max") if s is not None and s["kind"] == "tiled" else None
         self.terms: dict = {}  # frames -> frame_terms of cs: a clip length is priced often
@@ -1160,7 +1158,7 @@ class _Plan:
         if t is not None and type(t) is not int:
             t = _positive_int("tile", t)
         if w % sf or h % sf or t is not None:  # type: ignore[operator]
-            problem = geometry_error(self.model, sf, w, h, t, self.tile_scale)  # type: ignore[arg-type]
+            problem = geometry_error(self.model, sf, w, h, t)  # type: ignore[arg-type]
             if problem:
                 raise ValueError(problem)
             if t is not None and t < self.tile_min:  # type: ignore[operator]
@@ -1278,10 +1276,8 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     m = _model(coef, model)
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
-    ts = None if tile is None else coef.get("structures", {}).get(structure_key(m["architecture"], op, dtype, True))
     problem = geometry_error(model, m["spatial_factor"], width, height,
-                             None if tile is None else _positive_int("tile", tile),
-                             1 if ts is None else ts.get("tile_scale", 1)) or \
+                             None if tile is None else _positive_int("tile", tile)) or \
         frames_error(model, frame_step(m), frames)
     if problem:
         raise ValueError(problem)
@@ -1474,8 +1470,7 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     priced: dict = {}
     best = None
     for t in tiles:
-        if t < tile_min or (tile_max is not None and t > tile_max) or \
-                geometry_error(model, f, width, height, t, plan.tile_scale):
+        if t < tile_min or (tile_max is not None and t > tile_max) or geometry_error(model, f, width, height, t):
             continue  # one that could not be priced is skipped
         priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
         if best is None and priced[t] <= budget:

@@ -166,7 +166,7 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
         if not isinstance(tile, int) or isinstance(tile, bool):
             raise VaememError(f"tile must be a positive multiple of {spec.spatial_factor} px for {spec.name}, "
                               f"got {tile!r}")
-    problem = geometry_error(spec.name, spec.spatial_factor, width, height, tile, spec.tile_scale(op))
+    problem = geometry_error(spec.name, spec.spatial_factor, width, height, tile)
     if problem:
         raise VaememError(problem)
 
