@@ -52,8 +52,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             results = list(trace_many(specs, None, jobs))
             cache.record(f"{tmp}/traces.json", results)
+        parts: dict[tuple[str, str, str], list[float]] = {}  # (model, op, kind) -> [dry runs, summed wall s]
         for r in results:
             walls[r.spec.attention] = walls.get(r.spec.attention, 0.0) + r.wall_s
+            kind = "tiled" if r.spec.tile else r.spec.attention
+            part = parts.setdefault((r.spec.model, r.spec.op, kind), [0, 0.0])
+            part[0] += 1
+            part[1] += r.wall_s
+        print("the costliest structures (summed dry-run wall of both dtypes):")
+        for (model, op, kind), (n, wall) in sorted(parts.items(), key=lambda kv: -kv[1][1])[:15]:
+            print(f"  {model:18s} {op:6s} {kind:6s} {n:4d} dry runs {wall / 60:5.2f} min")
         print(f"zoo grid: {len(specs)} dry runs in {(time.perf_counter() - t0) / 60:.1f} min with {jobs} process(es)"
               f"; summed dry-run wall: fused {walls.get('fused', 0) / 60:.1f} min, math {walls.get('math', 0) / 60:.1f}"
               f" min")

@@ -456,6 +456,15 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "mochi/encode/bf16/untiled", "split", "layers", 5), [], "split.layers must be the same layers at"),
     (("structures", "mochi/encode/bf16/untiled", "split", "bytes_per_element"), 4, "bytes_per_element must be 2"),
     (("structures", "sd15/decode/fp32/tiled", "split"), {}, "split must be absent on a tiled structure"),
+    (("structures", "wan22/encode/bf16/tiled", "tile_scale"), 3, "tile_scale must be an int > 0 that divides "
+     "spatial_factor 16"),
+    (("structures", "wan22/encode/bf16/tiled", "tile_scale"), 2.0, "tile_scale must be an int > 0"),
+    (("structures", "wan22/encode/bf16/tiled", "held_bytes_per_pixel_frame"), -6.0, "held_bytes_per_pixel_frame"),
+    (("structures", "mochi/decode/bf16/tiled", "tile_working_set", "kind"), "tiled",
+     'tile_working_set.kind must be "frames"'),
+    (("structures", "mochi/decode/bf16/tiled", "tile_working_set", "bytes_per_pixel", 0), -1.0,
+     "tile_working_set.bytes_per_pixel must be non-negative"),
+    (("structures", "mochi/decode/bf16/tiled", "tile_working_set"), [], "tile_working_set must be a JSON object"),
     (("schema_version",), 2.0, "no integer schema_version"),
     (("schema_version",), True, "no integer schema_version"),
 ]

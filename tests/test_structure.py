@@ -65,9 +65,10 @@ def committed_structures():
     ("hunyuanvideo", "decode", "bf16", 848, 480, 61, 1, 256),  # six temporal windows, each tiled
     ("mochi", "decode", "bf16", 848, 480, 61, 1, 256),  # each tile its untiled structure at the tile's size
     # (split convolutions included): 0.45-1.29x with the per-area basis
-    ("wan22", "encode", "bf16", 1280, 720, 25, 1, 256),
-    ("wan22", "encode", "bf16", 512, 384, 9, 1, 256),  # the patchified clip is no wider than one tile: still two  # tiles of its patchified clip (each covers 512 px), and
+    ("wan22", "encode", "bf16", 1280, 720, 25, 1, 256),  # tiles of its patchified clip (each covers 512 px), and
     # the patchified copy held throughout (0.94-1.11x without it)
+    ("wan22", "encode", "bf16", 512, 384, 9, 1, 256),  # the patchified clip is no wider than one tile: still two
+    # tiles, as diffusers decides to tile on the sample's size
     pytest.param("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384, marks=pytest.mark.slow),
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
@@ -153,6 +154,18 @@ def test_every_real_architecture_has_its_structures(committed_structures):
             for op, dtype, tiled, attention in structured(name):
                 assert est.structure_key(name, op, dtype, tiled, attention) in committed_structures, \
                     (name, op, dtype, tiled, attention)
+
+
+def test_an_embedded_tile_working_set_is_the_untiled_structure_of_its_op(committed_structures):
+    """A tiled structure that prices each tile by the untiled op carries a copy of that op's untiled structure (so a
+    structure is evaluated on its own): the copy must be that structure, in the derivation and the committed file."""
+    doc = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())
+    for structures in (committed_structures, doc["structures"]):
+        tiled = {k: s for k, s in structures.items() if "tile_working_set" in s}
+        assert {k.split("/")[0] for k in tiled} == {"mochi"}, sorted(tiled)
+        for key, s in tiled.items():
+            name, op, dtype, _ = key.split("/")
+            assert s["tile_working_set"] == structures[est.structure_key(name, op, dtype, False, "fused")], key
 
 
 @pytest.mark.slow
@@ -461,21 +474,34 @@ def test_the_math_path_is_refused_where_it_cannot_be_priced(tmp_path):
         est.working_memory_bytes("sd15", "decode", 512, 512, attention="math", **kw)
     with pytest.raises(ValueError, match="no math-attention dry-run structure of tiny-kl decode"):
         est.working_memory_bytes("tiny-kl", "decode", 256, 256, attention="math", **GPU)
-    # a measured pixel line (Wan 2.1's tiled decode, as campaign 2's 64 px tiles gave one) cannot hold score
-    # matrices: the tile's attention peak is added on top
-    doc = json.loads(PACKAGED.read_text())
-    doc["calibrations"] = [c for c in doc["calibrations"] if c["calibration"] != "conv3d/onednn/glibc-fixed/fp32/"
-                           "linux/decode/tiled"]
-    key = {"architecture": "wan21", "op": "decode", "conv_backend": "onednn", "allocator": "glibc-fixed",
-           "dtype": "fp32", "os": "linux", "tiled": True}
-    doc["groups"].append({**doc["groups"][0], **key, "group": est.group_id(key), "slope_bytes_per_pixel": 100.0,
-                          "tile_slope_bytes_per_tile_pixel": 0.0, "base_bytes": 150 * MIB})
-    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=doc)
-    fused = est.working_memory_bytes("wan21", "decode", 256, 256, frames=5, tile=128, **cpu)
-    math = est.explain("wan21", "decode", 256, 256, frames=5, tile=128, attention="math", **cpu)
-    attn = est.structure_bytes(doc["structures"]["wan21/decode/fp32/untiled/math"], 128, 128, 1, 5, None)
-    assert math.source == "measured" and "pixel line" in math.reason
-    assert math.bytes == fused + int(attn) and "added on top" in math.reason
+
+
+@pytest.mark.parametrize("name,op,covers", [("wan21", "decode", 512), ("wan22", "encode", 1024)])
+def test_a_pixel_line_on_the_math_path_adds_the_attention_peak_of_the_pixels_a_tile_covers(name, op, covers):
+    """A measured pixel line (Wan 2.1's tiled decode, as campaign 2's 64 px tiles gave one) cannot hold score
+    matrices: the attention peak of the pixels a tile covers is added on top (Wan 2.2's encode tiles its
+    patchified clip: a 512 px tile covers 1024 px), to the line and to the legacy rule it is raised to far outside
+    its range alike (which holds no score matrices either)."""
+    def price(pixels_max, **kw):
+        doc = json.loads(PACKAGED.read_text())
+        doc["calibrations"] = [c for c in doc["calibrations"] if c["calibration"] != f"conv3d/onednn/glibc-fixed/"
+                               f"fp32/linux/{op}/tiled"]
+        key = {"architecture": name, "op": op, "conv_backend": "onednn", "allocator": "glibc-fixed",
+               "dtype": "fp32", "os": "linux", "tiled": True}
+        doc["groups"].append({**doc["groups"][0], **key, "group": est.group_id(key), "slope_bytes_per_pixel": 100.0,
+                              "tile_slope_bytes_per_tile_pixel": 0.0, "base_bytes": 150 * MIB,
+                              "pixels_max": pixels_max})
+        return est.explain(name, op, 2048, 1024, frames=5, tile=512, dtype="fp32", backend="onednn",
+                           allocator="glibc-fixed", os="linux", coefficients=doc, **kw)
+
+    attn = int(est.structure_bytes(json.loads(PACKAGED.read_text())["structures"][f"{name}/{op}/fp32/untiled/math"],
+                                   covers, covers, 1, 5, None))
+    fused, math = price(2048 * 1024 * 5), price(2048 * 1024 * 5, attention="math")
+    assert math.source == "measured" and "pixel line" in math.reason and "raised" not in math.reason
+    assert math.bytes == fused.bytes + attn and "added on top" in math.reason
+    fused, math = price(256 * 256 * 5), price(256 * 256 * 5, attention="math")
+    assert "raised to the legacy rule" in fused.reason and "raised to the legacy rule" in math.reason
+    assert math.bytes == fused.bytes + attn
 
 
 # ---- slicing ----------------------------------------------------------------------------------------------------

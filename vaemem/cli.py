@@ -417,18 +417,25 @@ DEFAULT_MEASUREMENTS = default_path("measurements")
 DEFAULT_COEFFICIENTS = packaged_coefficients()
 DEFAULT_EXCEPTIONS = default_path("fits/exceptions.json")
 DEFAULT_TRACES = default_path("fits/traces.json")
+# as --help shows them: a full path is cut at 80 columns
+SHOWN = {DEFAULT_MEASUREMENTS: "measurements/", DEFAULT_COEFFICIENTS: "the package's coefficients.json",
+         DEFAULT_EXCEPTIONS: "fits/exceptions.json", DEFAULT_TRACES: "fits/traces.json"}
 
 
 @app.command()
 def fit(
     measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements",
+                                            show_default=SHOWN[DEFAULT_MEASUREMENTS],
                                             help="JSON Lines files or directories of them (repeatable)"),
-    out: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to write (or to check)"),
+    out: Path = typer.Option(DEFAULT_COEFFICIENTS, show_default=SHOWN[DEFAULT_COEFFICIENTS],
+                             help="coefficient file to write (or to check)"),
     margin: float = typer.Option(0.05, help="safety margin multiplied onto every envelope"),
-    exceptions: Path = typer.Option(DEFAULT_EXCEPTIONS, help="groups allowed past the quality bound, with reasons"),
+    exceptions: Path = typer.Option(DEFAULT_EXCEPTIONS, show_default=SHOWN[DEFAULT_EXCEPTIONS],
+                                    help="groups allowed past the quality bound, with reasons"),
     check_only: bool = typer.Option(False, "--check", help="re-derive and fail on any difference from --out"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
-    traces: Path = typer.Option(DEFAULT_TRACES, help="dry-run cache the structures come from (vaemem trace --zoo "
+    traces: Path = typer.Option(DEFAULT_TRACES, show_default=SHOWN[DEFAULT_TRACES],
+                                help="dry-run cache the structures come from (vaemem trace --zoo "
                                 "--record); absent: pixel lines only"),
     replace: bool = typer.Option(False, "--replace", help="allow replacing the packaged coefficient file from "
                                  "measurements other than the default folder"),
@@ -669,8 +676,10 @@ def _load_fit(measurements: list[Path], coefficients: Path) -> tuple[Any, dict]:
 
 @app.command()
 def report(
-    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements", help="files or directories"),
-    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to judge"),
+    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements",
+                                            show_default=SHOWN[DEFAULT_MEASUREMENTS], help="files or directories"),
+    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, show_default=SHOWN[DEFAULT_COEFFICIENTS],
+                                      help="coefficient file to judge"),
     fmt: str = typer.Option("table", "--format", help="table, markdown or json"),
     plan_fit: Optional[Path] = typer.Option(None, "--plan-fit", help="also price every glibc-fixed point with "
                                             "this coefficient file, fitted from a plan's runs (vaemem plan)"),
@@ -716,8 +725,10 @@ def report(
 
 @app.command()
 def plot(
-    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements", help="files or directories"),
-    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file"),
+    measurements: list[Path] = typer.Option([DEFAULT_MEASUREMENTS], "--measurements",
+                                            show_default=SHOWN[DEFAULT_MEASUREMENTS], help="files or directories"),
+    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, show_default=SHOWN[DEFAULT_COEFFICIENTS],
+                                      help="coefficient file"),
     out: Path = typer.Option(Path("fits/plots"), help="directory for the PNGs"),
     group: list[str] = typer.Option([], "--group", help="only these group ids (repeatable)"),
 ) -> None:
@@ -739,7 +750,8 @@ def plot(
 @app.command()
 def export(
     python: Path = typer.Option(..., "--python", help="the module to write, e.g. vaemem_estimate.py"),
-    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, help="coefficient file to embed"),
+    coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, show_default=SHOWN[DEFAULT_COEFFICIENTS],
+                                      help="coefficient file to embed"),
 ) -> None:
     """Write the estimator as one self-contained Python module with the coefficients embedded as literals: an app
     vendors it and prices with nothing installed (byte-deterministic; it prices exactly what the package does)."""

@@ -746,6 +746,20 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     return v if v > 0 else 0.0
 
 
+def tile_working_set(ws: tuple, frames: int) -> Callable[[int, int], float]:
+    """What the tile at work needs (bytes) at (width, height), for a class whose tiles each run the untiled op
+    (``tile_working_set``, compiled): that op's structure at the tile's size, memoised (a loop has at most four
+    tile shapes, its edges cut)."""
+    seen: dict[tuple[int, int], float] = {}
+
+    def working(w: int, h: int) -> float:
+        v = seen.get((w, h))
+        if v is None:
+            v = seen[(w, h)] = structure_eval(ws, w, h, 1, frames, None)
+        return v
+    return working
+
+
 def _tiled_clip(c: tuple, width: int, height: int, frames: int, tile: int | None) -> float:
     """One sample's dry-run peak of a compiled tiled structure for a clip run whole (see :func:`structure_bytes`)."""
     i, u = _segment(c[1], frames)  # a clip's coefficients: linear between knots, past the last along the last
@@ -755,8 +769,7 @@ def _tiled_clip(c: tuple, width: int, height: int, frames: int, tile: int | None
         k = tuple(x + (y - x) * u for x, y in zip(p, k))
     a, s, o = (x if x > 0 else 0.0 for x in k[:3])  # extrapolated past the last knot: never negative
     q = k[4] if len(k) > 4 and k[4] > 0 else 0.0
-    ws = c[9]
-    working = None if ws is None else (lambda w, h: structure_eval(ws, w, h, 1, frames, None))
+    working = None if c[9] is None else tile_working_set(c[9], frames)
     area, stored, total, u = tiled_peak_terms(width, height, tile, c[3], c[4], a, s, c[5], q, c[7],  # type: ignore[arg-type]
                                               working)
     loop = a * area + q * area * area + u + s * stored
@@ -1173,13 +1186,14 @@ class _Plan:
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
             pixels = w * h * b * f  # type: ignore[operator]
-            env = int(slope * pixels + tile_slope * (t * t if t else 0) + base)
-            env += self._attention_on_top(w, h, b, f, t)
+            attn = self._attention_on_top(w, h, b, f, t)
+            env = int(slope * pixels + tile_slope * (t * t if t else 0) + base) + attn
             note = ""
             if top is not None and pixels > top:  # honest about extrapolation: the line is only measured so far
                 note = f", extrapolated to {pixels / top:.1f}x its largest measured size"
                 if pixels > 2 * top:  # far outside: never below the legacy rule (a clip: of one frame, plus the clip)
-                    floor = _legacy(*self.legacy, w, h, b, f if self.image else 1, t) + self.clip_bytes * pixels
+                    floor = (_legacy(*self.legacy, w, h, b, f if self.image else 1, t) + self.clip_bytes * pixels
+                             + attn)  # the legacy rule holds no score matrices either
                     if floor > env:
                         env = floor
                         note += ", raised to the legacy rule" + ("" if self.image else
@@ -1221,7 +1235,11 @@ class _Plan:
         ac = self.attn
         if ac is None:
             return 0
-        side_w, side_h = (t, t) if t is not None else (w, h)
+        if t is None:
+            side_w, side_h = w, h
+        else:  # a tile of a scaled loop covers k x its px a side (Wan 2.2's encode), as in _dry_peak
+            cs = self.cs
+            side_w = side_h = t * (cs[7] if cs is not None and cs[0] else 1)  # type: ignore[operator]
         terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
         return int(structure_eval(ac, side_w, side_h, b, f, None, terms))  # type: ignore[arg-type]
 

@@ -293,14 +293,8 @@ def _tiled_knot(frames: int, keys: list[tuple], peaks: dict, modules: dict, fact
     of the whole clip the op holds throughout, known, taken off before the fit. ``ws``: the untiled structure
     that prices the tile at work, for a class whose tiles each run the untiled op (``tile_working_set``)."""
     points = [(w, h, t) for w, h, _, t in keys]
-    working = None
-    if ws is not None:  # compiled once and memoised: the fit asks it for the same few tile sizes many times
-        cws, seen = est.compile_structure(ws), {}
-
-        def working(w: int, h: int) -> float:
-            if (w, h) not in seen:
-                seen[(w, h)] = est.structure_eval(cws, w, h, 1, frames, None)
-            return seen[(w, h)]
+    # compiled once and memoised: the fit asks it for the same few tile sizes many times
+    working = None if ws is None else est.tile_working_set(est.compile_structure(ws), frames)
     ys = [peaks[k] - held * k[0] * k[1] * frames for k in keys]
     best, best_err = None, math.inf
     unknowns = 4 if quadratic else 3
