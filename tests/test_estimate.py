@@ -134,15 +134,22 @@ def test_measured_architecture_is_priced_by_its_own_calibration_line():
 
 
 def test_tiled_video_without_a_structure_is_priced_untiled():
-    """MiniMax-H3's tiling has no structure (it encodes 17-frame clips one after another, each tiled by a rule of
-    its own): the fallback prices the untiled request (an upper bound), not the legacy rule with frames as
-    pixels; and where its untiled encode was measured (here), the measured line does."""
-    kw = dict(frames=85, dtype="bf16", backend="cudnn", allocator="native", os="linux")
+    """A tiled video op without a structure (MiniMax-H3's, taken out of the file: as in one fitted before it had
+    one): the fallback prices the untiled request (an upper bound), not the legacy rule with frames as pixels; and
+    where its untiled encode was measured (here), the measured line does."""
+    doc = json.loads(COMMITTED.read_text())
+    for dtype in ("bf16", "fp32"):
+        del doc["structures"][f"minimax-h3/encode/{dtype}/tiled"]
+    doc["calibrations"] = [c for c in doc["calibrations"] if not c["calibration"].endswith("/encode/tiled")
+                           or c["kernel"] != "conv3d"]  # and the tiled points it calibrates (campaign 14)
+    kw = dict(frames=85, dtype="bf16", backend="cudnn", allocator="native", os="linux", coefficients=doc)
     untiled = est.working_memory_bytes("minimax-h3", "encode", 848, 480, **kw)
     for tile in (256, 512):
         e = est.explain("minimax-h3", "encode", 848, 480, tile=tile, **kw)
         assert e.source == "fallback" and e.bytes == untiled and "priced as the untiled request, an upper bound" in e.reason
-    cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")  # untiled measured
+    structured = est.explain("minimax-h3", "encode", 848, 480, tile=256, **{**kw, "coefficients": None})
+    assert structured.source == "fallback" and structured.bytes < untiled / 3  # its tiles: 1406 MiB dry, 8672 untiled
+    cpu = dict(frames=9, dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=doc)
     whole = est.explain("minimax-h3", "encode", 512, 512, **cpu)
     tiled = est.explain("minimax-h3", "encode", 512, 512, tile=256, **cpu)
     assert (tiled.bytes, tiled.source, tiled.group) == (whole.bytes, "measured", whole.group)
@@ -435,7 +442,7 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
      "windows.stride_frames must be a multiple of temporal_factor 4"),
     (("structures", "hunyuanvideo/decode/bf16/tiled", "tile_max"), 128, "tile_max must be an int >= tile_min"),
     (("structures", "hunyuanvideo/decode/bf16/tiled", "windows", "op"), "encode", "its key's op"),
-    (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "px", 'stride_rule must be "latent", "pixel" or "sample"'),
+    (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "px", 'stride_rule must be one of "latent", "pixel", "sample", "spread"'),
     (("structures", "wan21/decode/bf16/tiled", "knots"), [1, 5], "coef must be 2 lists (one per knot)"),
     (("structures", "wan21/decode/bf16/tiled", "coef", -1), [0, 0, 0, -1], "x 17 frames with 256 px tiles at zero"),
     (("structures", "sd15/decode/fp32/tiled", "tile_min"), -256, "tile_min must be an int > 0"),
@@ -465,6 +472,17 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("structures", "mochi/decode/bf16/tiled", "tile_working_set", "bytes_per_pixel", 0), -1.0,
      "tile_working_set.bytes_per_pixel must be non-negative"),
     (("structures", "mochi/decode/bf16/tiled", "tile_working_set"), [], "tile_working_set must be a JSON object"),
+    (("structures", "minimax-h3/encode/bf16/tiled", "clips", "frames"), 13, "clips.frames must be the last knot (17)"),
+    (("structures", "minimax-h3/encode/bf16/tiled", "clips", "frames"), 1, "clips.frames must be the last knot (17)"),
+    (("structures", "minimax-h3/encode/bf16/tiled", "clips"), "DELETE",
+     'stride_rule must be "spread" exactly where the structure has clips'),
+    (("structures", "sd15/decode/fp32/tiled", "stride_rule"), "spread",
+     'stride_rule must be "spread" exactly where the structure has clips'),
+    (("structures", "sd15/decode/fp32/untiled", "clips"), {}, "clips must be absent on an untiled structure"),
+    (("structures", "minimax-h3/encode/bf16/tiled", "clips", "pad_bytes_per_pixel_frame"), -6,
+     "clips.pad_bytes_per_pixel_frame must be a non-negative number"),
+    (("structures", "minimax-h3/encode/bf16/tiled", "clips", "output_bytes_per_pixel"), "DELETE",
+     "clips.output_bytes_per_pixel is missing"),
     (("schema_version",), 2.0, "no integer schema_version"),
     (("schema_version",), True, "no integer schema_version"),
 ]

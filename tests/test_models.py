@@ -218,6 +218,39 @@ def test_weights_are_seeded_and_only_the_used_half_is_built():
     assert sum(p.numel() for p in enc.decoder.parameters()) == 0
 
 
+@pytest.mark.parametrize("tile", [128, 256, 384, 512])
+def test_the_spread_tile_rule_is_minimax_split_tiles(tile):
+    """The estimator's "spread" rule lays the tiles MiniMax-H3's own _split_tiles does (its code, at its factor of
+    16, and at the tiny model's 4), at the overlap vaemem gives it (configure_tiling), rows and columns apart, edges
+    cut as the slicing cuts them (a side no multiple of the factor leaves slack the loop cannot spread)."""
+    from types import SimpleNamespace
+
+    from diffusers import AutoencoderKLMiniMaxH3
+
+    from vaemem.estimate import sample_stride, tile_sides
+
+    spec = get_spec("tiny-minimax-h3")
+    model = build_model("tiny-minimax-h3", "encode", "cpu", "fp32")
+    configure_tiling(model, spec, tile)
+    assert model.tile_sample_min_overlap_width == tile - sample_stride(tile, spec.spatial_factor, 0.25)
+    for factor in (spec.spatial_factor, 16):
+        split = AutoencoderKLMiniMaxH3._split_tiles.__get__(SimpleNamespace(spatial_compression_ratio=factor))
+        least = tile - sample_stride(tile, factor, 0.25)
+        for width, height in [(64, 48), (256, 272), (480, 848), (720, 1280), (1088, 1920), (500, 333), (1920, 1080)]:
+            want = []
+            for length in (height, width):
+                starts, sides, _ = split(length, tile, least)
+                want.append([min(s, length - i) for i, s in zip(starts, sides)])
+            assert list(tile_sides(width, height, tile, factor, 0.25, spec.tile_stride_rule("encode"))) == want
+
+
+def test_a_spread_tile_no_larger_than_its_overlap_is_refused():
+    from vaemem.estimate import tile_sides
+
+    with pytest.raises(ValueError, match="a 16 px tile with a 16 px overlap cannot cover 64 px"):
+        tile_sides(64, 64, 16, 16, 0.25, "spread")
+
+
 def test_minimax_ships_tiled_and_no_tile_turns_it_off():
     spec = get_spec("tiny-minimax-h3")
     model = build_model("tiny-minimax-h3", "encode", "cpu", "fp32")

@@ -70,6 +70,9 @@ def committed_structures():
     ("wan22", "encode", "bf16", 512, 384, 9, 1, 256),  # the patchified clip is no wider than one tile: still two
     # tiles, as diffusers decides to tile on the sample's size
     pytest.param("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384, marks=pytest.mark.slow),
+    ("minimax-h3", "encode", "bf16", 848, 480, 85, 1, 256),  # five 17-frame clips, each tiled with whole tiles
+    ("minimax-h3", "encode", "fp32", 768, 512, 9, 1, 256),  # one clip padded to 17 frames: the copy held
+    ("minimax-h3", "encode", "bf16", 1280, 720, 33, 1, 384),  # two clips, the second padded by one frame
 ], ids=lambda v: str(v))
 def test_structures_reproduce_fresh_dry_runs_of_real_architectures(committed_structures, name, op, dtype, w, h,
                                                                    frames, batch, tile):
@@ -628,3 +631,30 @@ def test_a_request_diffusers_cannot_run_is_refused():
         est.dry_run_bytes(doc, "cogvideox", "decode", 1920, 1088, dtype="bf16", frames=49)
     with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
         trace(TraceSpec("cogvideox", "decode", "bf16", 1920, 1088, frames=49))
+
+
+# ---- clips (MiniMax-H3's encode) -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("frames,clip,want", [
+    (17, 1000.0, 1000.0),  # one whole clip: its peak
+    (34, 1000.0, 1000.0 + 200),  # two: the first's output kept while the second runs
+    (33, 1000.0, 1000.0 + 200 + 6 * 100 * (34 + 1)),  # padded by one frame: the copy and the repeat held
+    (85, 100.0, 2 * 5 * 200),  # five small clips: their outputs and the concatenation lead
+])
+def test_clips_peak_known_answers(frames, clip, want):
+    """(17 frames a clip, 2 B of output per pixel, 6 B of input per pixel and frame) over 100 px."""
+    assert est.clips_peak((17, 2.0, 6), frames, 100, clip) == want
+
+
+def test_a_sliced_clip_keeps_every_clips_output_per_finished_sample():
+    """A sliced batch of a clip-wise encode keeps each finished sample's whole output, a clip's output per started
+    clip (the token_drop slice is a view), not the untiled knots' interpolation; against a fresh dry run too."""
+    doc = est.load(PACKAGED)
+    s = doc["structures"]["minimax-h3/encode/bf16/tiled"]
+    w, h, f = 768, 512, 21
+    one = est.structure_bytes(s, w, h, 1, f, 256)
+    priced = est.dry_run_bytes(doc, "minimax-h3", "encode", w, h, frames=f, tile=256, batch=2, slicing=True,
+                               dtype="bf16")
+    assert priced == one + 2 * s["clips"]["output_bytes_per_pixel"] * w * h
+    fresh = trace(TraceSpec("minimax-h3", "encode", "bf16", w, h, frames=f, tile=256, batch=2, slicing=True))
+    assert priced == pytest.approx(fresh.peak_bytes, rel=1e-3)

@@ -25,7 +25,7 @@ dry-run peak) get a line of their own, ``small``, which prices the requests belo
 order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
-    (or, where no structure covers the request, e.g. MiniMax-H3's tiled encode, its measured pixel line
+    (or, where no structure covers the request, e.g. a tiny test model's, its measured pixel line
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
@@ -271,6 +271,9 @@ def _check_line(line: dict, where: str, small: bool = False) -> None:
                          f": the line would not grow with the dry-run peak")
 
 
+STRIDE_RULES = ("latent", "pixel", "sample", "spread")  # how a tiled loop steps through the image (tile_sides)
+
+
 def _check_structure(s: dict, where: str) -> None:
     kind = _field(s, "kind", where, "str")
     if kind == "tiled":
@@ -299,11 +302,22 @@ def _check_structure(s: dict, where: str) -> None:
             _need(knots[-1] >= w["frames"] + 1, f"{where}.knots", f"up to a whole window ({w['frames'] + 1} "
                   f"frames) at least", knots)
             _field(w, "bytes_per_pixel_frame", f"{where}.windows", "num>=0")
+        if "clips" in s:  # an encode run in whole clips one after another, each tiled (MiniMax-H3)
+            _need("windows" not in s, f"{where}.clips", "absent beside windows", s["clips"])
+            cl = _field(s, "clips", where, "dict")
+            cf = _field(cl, "frames", f"{where}.clips", "int>0")
+            _need(cf > 1 and cf == knots[-1], f"{where}.clips.frames", f"the last knot ({knots[-1]}), more than one",
+                  cf)
+            for name in ("output_bytes_per_pixel", "pad_bytes_per_pixel_frame"):
+                _field(cl, name, f"{where}.clips", "num>=0")
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
         rule = _field(s, "stride_rule", where, "str")
-        _need(rule in ("latent", "pixel", "sample"), f"{where}.stride_rule", '"latent", "pixel" or "sample"', rule)
+        _need(rule in STRIDE_RULES, f"{where}.stride_rule", "one of " + ", ".join(f'"{r}"' for r in STRIDE_RULES), rule)
+        # whole tiles and whole clips come together (MiniMax-H3): either alone misprices the clip 5-8x
+        _need((rule == "spread") == ("clips" in s), f"{where}.stride_rule",
+              '"spread" exactly where the structure has clips', rule)
         scale = s.get("tile_scale", 1)
         _need(type(scale) is int and scale > 0 and f % scale == 0, f"{where}.tile_scale",
               f"an int > 0 that divides spatial_factor {f}", scale)
@@ -328,6 +342,7 @@ def _check_structure(s: dict, where: str) -> None:
                              + f" with {t} px tiles at zero or less")
         return
     _need(kind == "frames", f"{where}.kind", '"frames" or "tiled"', kind)
+    _need("clips" not in s, f"{where}.clips", "absent on an untiled structure", s.get("clips"))
     knots = _field(s, "knots", where, "list")
     _need(bool(knots) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in knots)
           and knots == sorted(set(knots)), f"{where}.knots", "increasing positive integers", knots)
@@ -526,7 +541,11 @@ def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
     factor (the classes given a stride, :func:`sample_stride`). They differ where the overlap is no whole latent
     pixel (320 px tiles at factor 32: a step of 7 latent px against 8). ``scale``: sample px per px the loop
     counts (Wan 2.2's encode tiles its patchified input, 2 px a side per px: the tile, the stride and the image
-    are all in its pixels, so a 256 px tile covers 512 sample px)."""
+    are all in its pixels, so a 256 px tile covers 512 sample px). "spread": MiniMax-H3's ``_split_tiles``, whole
+    tiles, as few as cover the side with overlaps of at least the tile minus :func:`sample_stride`, the slack
+    spread over the overlaps in steps of the factor (so no tile is cut at the edge)."""
+    if stride_rule == "spread":
+        return _spread(height, tile, factor, overlap), _spread(width, tile, factor, overlap)
     if scale > 1:
         rows, cols = tile_sides(width // scale, height // scale, tile, factor, overlap, stride_rule)
         return [r * scale for r in rows], [c * scale for c in cols]
@@ -539,6 +558,25 @@ def tile_sides(width: int, height: int, tile: int, factor: int, overlap: float,
         stride = (sample_stride(tile, factor, overlap) // factor or 1) * factor
     return ([min(tile, height - i) for i in range(0, height, stride)],
             [min(tile, width - j) for j in range(0, width, stride)])
+
+
+def _spread(length: int, tile: int, factor: int, overlap: float) -> list[int]:
+    """The tile sides of one axis under MiniMax-H3's ``_split_tiles`` (see :func:`tile_sides`)."""
+    if tile >= length:
+        return [length]
+    least = tile - sample_stride(tile, factor, overlap)  # the overlap vaemem gives it (configure_tiling)
+    if least >= tile:  # no tile count covers the side (diffusers' loop would not end)
+        raise ValueError(f"a {tile} px tile with a {least} px overlap cannot cover {length} px")
+    n = -(-length // tile)
+    while tile * n - least * (n - 1) < length:
+        n += 1
+    overlaps = [least] * (n - 1)
+    for i in range((tile * n - least * (n - 1) - length) // factor):
+        overlaps[i % (n - 1)] += factor
+    starts = [0]
+    for v in overlaps:
+        starts.append(starts[-1] + tile - v)
+    return [min(tile, length - s) for s in starts]
 
 
 def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: float, a: float,
@@ -570,7 +608,9 @@ def compile_structure(s: dict) -> tuple:
                                           w["bytes_per_pixel_frame"])
         return (True, tuple(s["knots"]), tuple(tuple(k) for k in s["coef"]), s["spatial_factor"], s["overlap"],
                 s["stride_rule"], windows, s.get("tile_scale", 1), s.get("held_bytes_per_pixel_frame", 0.0),
-                None if "tile_working_set" not in s else compile_structure(s["tile_working_set"]))
+                None if "tile_working_set" not in s else compile_structure(s["tile_working_set"]),
+                None if "clips" not in s else (s["clips"]["frames"], s["clips"]["output_bytes_per_pixel"],
+                                               s["clips"]["pad_bytes_per_pixel_frame"]))
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
@@ -724,8 +764,10 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
     """The dry-run peak of a compiled structure (see :func:`structure_bytes`); ``terms`` and ``uterms``: the
     :func:`frame_terms` at ``frames`` of its piece and of its second area piece, when the caller has them."""
     if c[0]:
-        wn = c[6]
-        if wn is not None and len(temporal_windows(*wn[:4], frames)) > 1:
+        wn, cl = c[6], c[10]
+        if cl is not None and frames > 1:
+            v = batch * clips_peak(cl, frames, width * height, _tiled_clip(c, width, height, cl[0], tile))
+        elif wn is not None and len(temporal_windows(*wn[:4], frames)) > 1:
             v = batch * window_peak(wn, frames, width * height, lambda n: _tiled_clip(c, width, height, n, tile))
         else:
             v = batch * _tiled_clip(c, width, height, frames, tile)
@@ -804,6 +846,21 @@ def temporal_windows(decode: bool, min_frames: int, stride: int, factor: int, fr
     return out
 
 
+def clips_peak(clips: tuple, frames: int, area: int, clip_peak: float) -> float:
+    """One sample's peak of an encode run in whole clips one after another (MiniMax-H3's ``_encode``; ``clips``:
+    frames per clip, a clip's output bytes per pixel, the input's bytes per pixel and frame): the clip is padded up
+    to n clips by repeating its last frame, the repeat and the padded copy held to the end, and each clip's output
+    is kept until all are concatenated, so ``held + max(a clip's peak (``clip_peak``) + the n - 1 outputs before
+    the last, the n outputs + their concatenation)``."""
+    cf, out, pad = clips
+    n = -(-frames // cf)
+    extra = n * cf - frames
+    held = pad * area * (n * cf + extra) if extra else 0.0
+    loop = clip_peak + (n - 1) * out * area
+    assembly = 2 * n * out * area
+    return held + (loop if loop > assembly else assembly)
+
+
 def window_peak(windows: tuple, frames: int, area: int, clip_peak: Callable[[int], float]) -> float:
     """One sample's peak of a clip run in temporal windows (``windows``: decode?, min frames, stride, temporal
     factor, output bytes per pixel and output frame): ``max(max over windows (its clip's peak + the outputs of the
@@ -842,7 +899,10 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
             dry += structure_eval(ac, t * k, t * k, bs, f, None, aterms)
     one = dry / bs
     if sliced:
-        dry = one + (b - 1) * output_per_pixel(out, f) * w * h  # type: ignore[arg-type,operator]
+        per = output_per_pixel(out, f)
+        if cs[0] and cs[10] is not None and f > 1:  # each sample keeps every clip's output whole (the token_drop
+            per = -(-f // cs[10][0]) * cs[10][1]  # slice is a view), where the untiled knots interpolate
+        dry = one + (b - 1) * per * w * h  # type: ignore[operator]
     return dry, one
 
 
@@ -857,8 +917,10 @@ def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, t
     mask). A tiled structure with ``windows`` runs a clip longer than one window window by window
     (:func:`window_peak`), each window's clip priced as above; one with ``tile_scale`` cuts its tiles in scaled
     pixels (:func:`tile_sides`) and adds ``held_bytes_per_pixel_frame x width x height x frames``, what it holds
-    for the whole op (Wan 2.2's encode: its patchified copy of the clip). Batch multiplies the whole (dry runs
-    scale exactly with batch)."""
+    for the whole op (Wan 2.2's encode: its patchified copy of the clip); one with ``clips`` runs a clip of more
+    than one frame in whole clips of ``clips.frames`` frames one after another (:func:`clips_peak`), each priced
+    as above at that knot (MiniMax-H3's encode). Batch multiplies the whole (dry runs scale exactly with
+    batch)."""
     return structure_eval(compile_structure(s), width, height, batch, frames, tile)
 
 
@@ -1142,7 +1204,7 @@ class _Plan:
                              f"measured dtypes there: {', '.join(have)}"
                              + (f"; {dtype} is measured with allocator {', '.join(elsewhere)}" if elsewhere else ""))
         self.kind = "fallback"
-        # tiled video without a dry-run structure (MiniMax-H3): its untiled price is
+        # tiled video without a dry-run structure (a file fitted before its class had one): its untiled price is
         # an upper bound (tiling splits the work: Wan 2.1 bf16 decode at 832x480 dry-runs 684 MiB with 256 px tiles
         # and 2413 with 512 px ones at 17 and 33 frames, against 3894 and 3932 untiled), where the legacy rule would
         # price the frames as pixels (9.6x untiled at 81 frames with 512 px tiles)
@@ -1282,7 +1344,7 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
                   slicing: bool = False) -> float | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
-    structure covers the request (MiniMax-H3's tiled encode, an architecture never dry-run, a tile
+    structure covers the request (an architecture never dry-run, a tile
     outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
     the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
@@ -1472,7 +1534,8 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
 
     Returns ``{"untiled_bytes", "untiled_fits", "tile" (None: none fits), "tile_bytes", "priced": {tile: bytes}}``.
     Only the spatial tile is chosen: a clip runs in time as its class runs it by default (every frame at once, in
-    chunks for Wan and CogVideoX, in 17-frame windows for HunyuanVideo), and the prices say so."""
+    chunks for Wan and CogVideoX, in 17-frame windows for HunyuanVideo, in 17-frame clips for MiniMax-H3), and the
+    prices say so."""
     budget = _positive_int("budget_bytes", budget_bytes)
     kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os, batch=batch,
               frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coefficients)

@@ -233,6 +233,10 @@ class ClassInfo:
     # tile at work by the untiled structure at the tile's size (``tile_working_set``): Mochi, whose split
     # convolutions make that a step in the tile's size and frames the per-area basis cannot follow (0.45-1.29x)
     tiles_run_untiled_op: bool = False
+    # its encode runs whole clips of the config's ``clip_length`` frames one after another (a clip of more than one
+    # frame padded up to whole clips by repeating its last frame), each tiled in space with whole tiles, the
+    # overlaps widened to fit (MiniMax-H3's ``_encode`` and ``_split_tiles``; tile_stride_rule "spread")
+    encodes_in_clips: bool = False
 
 
 CLASSES: dict[str, ClassInfo] = {
@@ -246,7 +250,7 @@ CLASSES: dict[str, ClassInfo] = {
     "AutoencoderKLWan": ClassInfo("wan", "conv3d", True, True, tiled_output_copies=3),
     "AutoencoderKLMiniMaxH3": ClassInfo("minimax", "conv3d", True, True, (
         ("decode", "its 2.4B-parameter decoder is a ViT, not a convolutional VAE: vaemem measures its encoder only"),
-    )),
+    ), encodes_in_clips=True),
     # CogVideoX decodes latents two frames at a time: an even latent-frame count decodes to 4T frames, not
     # 1 + 4(T-1), so only clips of 1 + 8k frames (the pipelines' 49 and 81) round-trip.
     "AutoencoderKLCogVideoX": ClassInfo("cogvideox", "conv3d", True, True, frame_step=8,
@@ -305,10 +309,11 @@ class ModelSpec:
         (:func:`vaemem.estimate.tile_sides`): the classes that take an overlap factor step by int(tile / factor x
         (1 - overlap)) latent px in decode ("latent") and int(tile x (1 - overlap)) sample px in encode ("pixel");
         the others are given a stride in sample px, the overlap rounded down to the factor
-        (:func:`vaemem.models.build.configure_tiling`; "sample")."""
+        (:func:`vaemem.models.build.configure_tiling`; "sample"), and a class that encodes in clips lays whole
+        tiles, the overlaps widened to fit ("spread")."""
         if self.class_name in LATENT_STRIDE_CLASSES:
             return "latent" if op == "decode" else "pixel"
-        return "sample"
+        return "spread" if self.info.encodes_in_clips else "sample"
 
     def tile_scale(self, op: str) -> int:
         """Sample px a side per px its tiled ``op`` counts: Wan 2.2's encode (a Wan with ``patch_size``)

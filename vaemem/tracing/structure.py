@@ -32,8 +32,10 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   16 frames run in temporal windows: its knots are every window length, traced with the windows off, and the
   estimator runs the windows on top. Which term a grid point peaks in is read from the dry run (a peak outside
   every module is the assembly). Mochi's tiles run its untiled op at the tile's size, split convolutions
-  included, so the tile at work is its untiled structure there (``tile_working_set``). MiniMax-H3's tiled encode
-  is not structured (priced from its own measured points, else untiled: an upper bound).
+  included, so the tile at work is its untiled structure there (``tile_working_set``). MiniMax-H3's encode runs
+  17-frame clips one after another (a shorter clip padded to 17 by repeating its last frame), each tiled with
+  whole tiles, the overlaps widened to fit (stride rule "spread"): its knots are one frame and one clip, and the
+  estimator runs the clips on top (``clips``: each clip's output kept until the end, the padded copy held).
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
 * The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
@@ -87,11 +89,14 @@ TILED_MODELS_KINDS = ("conv2d",)  # image classes whose tiling is structured
 # as wide and high) and the patchified copy of the clip, the input's bytes, is held for the whole op
 # (``held_bytes_per_pixel_frame``); without the two its structure was 1.08-9.1x, then 0.94-1.11x, off the grid,
 # with them exact (``benchmarks/structure_check.py --tiled``). Wan 2.1's (and Qwen-Image's) needs neither.
+# MiniMax-H3's encode (tiled by default in diffusers) runs 17-frame clips one after another, each tiled with whole
+# tiles (``clips``, stride rule "spread"): its knots are one frame and one clip, 10 dry runs per dtype; priced as
+# the untiled request it was 5-14x its tiled dry runs.
 TILED_VIDEO_OPS = {"wan21": ("decode", "encode"), "wan22": ("decode", "encode"), "ltx-video": ("decode", "encode"),
                    "ltx-video-0.9.5": ("decode", "encode"), "ltx-2": ("decode", "encode"),
                    "ltx-2.3": ("decode", "encode"), "hunyuanvideo-1.5": ("decode", "encode"),
                    "cogvideox": ("decode", "encode"), "hunyuanvideo": ("decode", "encode"),
-                   "mochi": ("decode", "encode")}
+                   "mochi": ("decode", "encode"), "minimax-h3": ("encode",)}
 # A tiled clip's grid: four tiles and the assembly's point at four knots (1, 5, 9, 17 frames for Wan), 20 dry
 # runs (HunyuanVideo: five tiles at its five window lengths, 30). Against the seven tiles of the image grid at six knots (1-33 frames; 168 dry runs, 25.5 minutes for Wan
 # 2.1 and 2.2 in fp32 and bf16) it is within 0.02 % at every one, 33 frames included.
@@ -113,6 +118,8 @@ def frame_knots(spec: ModelSpec, tiled: bool = False) -> list[int]:
     latent = TILED_VIDEO_LATENT_KNOTS if tiled else (1, 2, 3, 4, 5, 9)
     if tiled and spec.info.temporal_windows:
         latent = tuple(range(1, spec.info.temporal_windows[0] // s + 2))
+    if tiled and spec.info.encodes_in_clips:  # one frame runs alone, more in whole clips: one knot each
+        return [1, spec.config["clip_length"]]
     return [1 + s * (t - 1) for t in latent]
 
 
@@ -418,6 +425,14 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                "knots": knots, "coef": coef}
         if spec.info.causal_mask:  # past its grid's tiles the mask leads (TILE_MASK_EXTRA)
             out["tile_max"] = max(t for *_, t in wanted)
+        if spec.info.encodes_in_clips:  # a clip's output per pixel (rounded up to 1e-3 B) and the input's
+            # bytes per pixel and frame, of the padded copy and the repeated frames held to the end
+            cf = spec.config["clip_length"]
+            if any(outputs[k] is None for k in wanted if k[2] == cf):
+                raise ValueError(f"{name} {op} {dtype}: a tiled dry run records no output bytes")
+            per = max(outputs[k] / (k[0] * k[1]) for k in wanted if k[2] == cf)
+            out["clips"] = {"frames": cf, "output_bytes_per_pixel": math.ceil(per * 1000 - 1e-6) / 1000,
+                            "pad_bytes_per_pixel_frame": spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype]}
         if whole_clip:  # the windows, with their output's bytes per pixel and frame (rounded up to 1e-3 B)
             min_frames, stride = spec.info.temporal_windows  # type: ignore[misc]
             tf = spec.temporal_factor
