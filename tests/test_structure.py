@@ -70,6 +70,8 @@ def committed_structures():
     ("wan22", "encode", "bf16", 512, 384, 9, 1, 256),  # the patchified clip is no wider than one tile: still two
     # tiles, as diffusers decides to tile on the sample's size
     pytest.param("hunyuanvideo", "encode", "fp32", 1280, 704, 49, 1, 384, marks=pytest.mark.slow),
+    ("minimax-h3", "encode", "bf16", 320, 192, 21, 1, None),  # untiled too, two clips: between knots 17 and 33
+    # the untiled knots' line gave 0.990x
     ("minimax-h3", "encode", "bf16", 848, 480, 85, 1, 256),  # five 17-frame clips, each tiled with whole tiles
     ("minimax-h3", "encode", "fp32", 768, 512, 9, 1, 256),  # one clip padded to 17 frames: the copy held
     ("minimax-h3", "encode", "bf16", 1280, 720, 33, 1, 384),  # two clips, the second padded by one frame

@@ -274,6 +274,18 @@ def _check_line(line: dict, where: str, small: bool = False) -> None:
 STRIDE_RULES = ("latent", "pixel", "sample", "spread")  # how a tiled loop steps through the image (tile_sides)
 
 
+def _check_clips(s: dict, knots: list, where: str, last: bool) -> None:
+    """An encode run in whole clips one after another (MiniMax-H3): a clip of more than one frame, priced at a
+    knot (``last``: the last, a tiled structure's; an untiled one may be traced past it)."""
+    _need("windows" not in s, f"{where}.clips", "absent beside windows", s["clips"])
+    cl = _field(s, "clips", where, "dict")
+    cf = _field(cl, "frames", f"{where}.clips", "int>0")
+    _need(cf > 1 and (cf == knots[-1] if last else cf in knots), f"{where}.clips.frames",
+          (f"the last knot ({knots[-1]})" if last else "a knot") + ", more than one", cf)
+    for name in ("output_bytes_per_pixel", "pad_bytes_per_pixel_frame"):
+        _field(cl, name, f"{where}.clips", "num>=0")
+
+
 def _check_structure(s: dict, where: str) -> None:
     kind = _field(s, "kind", where, "str")
     if kind == "tiled":
@@ -302,14 +314,8 @@ def _check_structure(s: dict, where: str) -> None:
             _need(knots[-1] >= w["frames"] + 1, f"{where}.knots", f"up to a whole window ({w['frames'] + 1} "
                   f"frames) at least", knots)
             _field(w, "bytes_per_pixel_frame", f"{where}.windows", "num>=0")
-        if "clips" in s:  # an encode run in whole clips one after another, each tiled (MiniMax-H3)
-            _need("windows" not in s, f"{where}.clips", "absent beside windows", s["clips"])
-            cl = _field(s, "clips", where, "dict")
-            cf = _field(cl, "frames", f"{where}.clips", "int>0")
-            _need(cf > 1 and cf == knots[-1], f"{where}.clips.frames", f"the last knot ({knots[-1]}), more than one",
-                  cf)
-            for name in ("output_bytes_per_pixel", "pad_bytes_per_pixel_frame"):
-                _field(cl, name, f"{where}.clips", "num>=0")
+        if "clips" in s:
+            _check_clips(s, knots, where, True)
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
         _need(ov < 1, f"{where}.overlap", "below 1", ov)
@@ -342,13 +348,14 @@ def _check_structure(s: dict, where: str) -> None:
                              + f" with {t} px tiles at zero or less")
         return
     _need(kind == "frames", f"{where}.kind", '"frames" or "tiled"', kind)
-    _need("clips" not in s, f"{where}.clips", "absent on an untiled structure", s.get("clips"))
     knots = _field(s, "knots", where, "list")
     _need(bool(knots) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in knots)
           and knots == sorted(set(knots)), f"{where}.knots", "increasing positive integers", knots)
     for name in ("bytes_per_pixel", "bytes_per_pixel_squared", "base_bytes"):
         v = _field(s, name, where, "list")
         _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.{name}", f"{len(knots)} numbers", v)
+    if "clips" in s:
+        _check_clips(s, knots, where, False)
     _need(min(s["bytes_per_pixel"]) >= 0, f"{where}.bytes_per_pixel", "non-negative", s["bytes_per_pixel"])
     if "output_bytes_per_pixel" in s:
         o = _field(s, "output_bytes_per_pixel", where, "list")
@@ -600,6 +607,11 @@ def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: f
     return best[0], best[1], stored, best[2]
 
 
+def _clips(s: dict) -> tuple | None:
+    cl = s.get("clips")
+    return None if cl is None else (cl["frames"], cl["output_bytes_per_pixel"], cl["pad_bytes_per_pixel_frame"])
+
+
 def compile_structure(s: dict) -> tuple:
     """A structure as a tuple for :func:`structure_eval` (no dict lookups on the hot path)."""
     if s["kind"] == "tiled":
@@ -608,9 +620,7 @@ def compile_structure(s: dict) -> tuple:
                                           w["bytes_per_pixel_frame"])
         return (True, tuple(s["knots"]), tuple(tuple(k) for k in s["coef"]), s["spatial_factor"], s["overlap"],
                 s["stride_rule"], windows, s.get("tile_scale", 1), s.get("held_bytes_per_pixel_frame", 0.0),
-                None if "tile_working_set" not in s else compile_structure(s["tile_working_set"]),
-                None if "clips" not in s else (s["clips"]["frames"], s["clips"]["output_bytes_per_pixel"],
-                                               s["clips"]["pad_bytes_per_pixel_frame"]))
+                None if "tile_working_set" not in s else compile_structure(s["tile_working_set"]), _clips(s))
     up = s.get("upper")
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
                                                        tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
@@ -622,7 +632,7 @@ def compile_structure(s: dict) -> tuple:
                  (None, *(_split_groups(a, b) if split_compatible(a, b) else None for a, b in zip(layers, layers[1:]))))
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
             tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())),
-            s.get("extrapolate", "linear") == "quadratic", upper, split)
+            s.get("extrapolate", "linear") == "quadratic", upper, split, _clips(s))
 
 
 def split_peak_bytes(layers: tuple, element_bytes: int, width: int, height: int, batch: int) -> float:
@@ -772,6 +782,16 @@ def structure_eval(c: tuple, width: int, height: int, batch: int, frames: int, t
         else:
             v = batch * _tiled_clip(c, width, height, frames, tile)
         return v if v > 0 else 0.0
+    cl = c[10]
+    if cl is not None and frames > 1:  # whole clips one after another, each the op at the clip's frames
+        v = batch * clips_peak(cl, frames, width * height, _untiled_eval(c, width, height, 1, cl[0], None, None))
+        return v if v > 0 else 0.0
+    return _untiled_eval(c, width, height, batch, frames, terms, uterms)
+
+
+def _untiled_eval(c: tuple, width: int, height: int, batch: int, frames: int,
+                  terms: tuple[float, float, float] | None, uterms: tuple[float, float, float] | None) -> float:
+    """:func:`structure_eval` of an untiled compiled structure for a clip run whole."""
     area = width * height
     up = c[8]
     if up is not None and area > up[0]:  # the second area piece (a video model's large frames)
@@ -900,8 +920,8 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
     one = dry / bs
     if sliced:
         per = output_per_pixel(out, f)
-        if cs[0] and cs[10] is not None and f > 1:  # each sample keeps every clip's output whole (the token_drop
-            per = -(-f // cs[10][0]) * cs[10][1]  # slice is a view), where the untiled knots interpolate
+        if cs[10] is not None and f > 1:  # each sample keeps every clip's output whole (the token_drop slice is
+            per = -(-f // cs[10][0]) * cs[10][1]  # a view), where the knots interpolate
         dry = one + (b - 1) * per * w * h  # type: ignore[operator]
     return dry, one
 
@@ -917,10 +937,10 @@ def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, t
     mask). A tiled structure with ``windows`` runs a clip longer than one window window by window
     (:func:`window_peak`), each window's clip priced as above; one with ``tile_scale`` cuts its tiles in scaled
     pixels (:func:`tile_sides`) and adds ``held_bytes_per_pixel_frame x width x height x frames``, what it holds
-    for the whole op (Wan 2.2's encode: its patchified copy of the clip); one with ``clips`` runs a clip of more
-    than one frame in whole clips of ``clips.frames`` frames one after another (:func:`clips_peak`), each priced
-    as above at that knot (MiniMax-H3's encode). Batch multiplies the whole (dry runs scale exactly with
-    batch)."""
+    for the whole op (Wan 2.2's encode: its patchified copy of the clip); a structure, tiled or not, with ``clips``
+    runs a clip of more than one frame in whole clips of ``clips.frames`` frames one after another
+    (:func:`clips_peak`), each priced as above at that knot (MiniMax-H3's encode). Batch multiplies the whole
+    (dry runs scale exactly with batch)."""
     return structure_eval(compile_structure(s), width, height, batch, frames, tile)
 
 

@@ -34,8 +34,9 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   every module is the assembly). Mochi's tiles run its untiled op at the tile's size, split convolutions
   included, so the tile at work is its untiled structure there (``tile_working_set``). MiniMax-H3's encode runs
   17-frame clips one after another (a shorter clip padded to 17 by repeating its last frame), each tiled with
-  whole tiles, the overlaps widened to fit (stride rule "spread"): its knots are one frame and one clip, and the
-  estimator runs the clips on top (``clips``: each clip's output kept until the end, the padded copy held).
+  whole tiles, the overlaps widened to fit (stride rule "spread"): its tiled knots are one frame and one clip, and
+  the estimator runs the clips on top (``clips``: each clip's output kept until the end, the padded copy held),
+  on its untiled structure too, at its 17-frame knot.
 * fp16 and bf16 dry runs are identical for all twenty architectures (checked); fp32 is not always twice them
   (fp32 upcasts in some norms), so fp32 and half precision each have their own structure.
 * The math attention path (no fused SDPA kernel: the (tokens x tokens) score matrix is materialised) changes only
@@ -425,14 +426,6 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                "knots": knots, "coef": coef}
         if spec.info.causal_mask:  # past its grid's tiles the mask leads (TILE_MASK_EXTRA)
             out["tile_max"] = max(t for *_, t in wanted)
-        if spec.info.encodes_in_clips:  # a clip's output per pixel (rounded up to 1e-3 B) and the input's
-            # bytes per pixel and frame, of the padded copy and the repeated frames held to the end
-            cf = spec.config["clip_length"]
-            if any(outputs[k] is None for k in wanted if k[2] == cf):
-                raise ValueError(f"{name} {op} {dtype}: a tiled dry run records no output bytes")
-            per = max(outputs[k] / (k[0] * k[1]) for k in wanted if k[2] == cf)
-            out["clips"] = {"frames": cf, "output_bytes_per_pixel": math.ceil(per * 1000 - 1e-6) / 1000,
-                            "pad_bytes_per_pixel_frame": spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype]}
         if whole_clip:  # the windows, with their output's bytes per pixel and frame (rounded up to 1e-3 B)
             min_frames, stride = spec.info.temporal_windows  # type: ignore[misc]
             tf = spec.temporal_factor
@@ -460,6 +453,14 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             out["output_bytes_per_pixel"] = [
                 math.ceil(max(outputs[(w, h, fr, None)] / (w * h) for w, h in _sizes(spec)) * 1000 - 1e-6) / 1000
                 for fr in knots]
+    if spec.info.encodes_in_clips and attention == "fused":  # a clip's output per pixel (rounded up to 1e-3 B)
+        # and the input's bytes per pixel and frame, of the padded copy and the repeated frames held to the end
+        cf = spec.config["clip_length"]
+        if any(outputs[k] is None for k in wanted if k[2] == cf):
+            raise ValueError(f"{name} {op} {dtype}: a dry run of one clip records no output bytes")
+        per = max(outputs[k] / (k[0] * k[1]) for k in wanted if k[2] == cf)
+        out["clips"] = {"frames": cf, "output_bytes_per_pixel": math.ceil(per * 1000 - 1e-6) / 1000,
+                        "pad_bytes_per_pixel_frame": spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype]}
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)
