@@ -608,6 +608,7 @@ def tiled_peak_terms(width: int, height: int, tile: int, factor: int, overlap: f
 
 
 def _clips(s: dict) -> tuple | None:
+    """A structure's ``clips`` compiled: (frames per clip, output bytes per pixel, input bytes per pixel and frame)."""
     cl = s.get("clips")
     return None if cl is None else (cl["frames"], cl["output_bytes_per_pixel"], cl["pad_bytes_per_pixel_frame"])
 

@@ -255,8 +255,8 @@ def markdown(s: dict[str, Any]) -> str:
     out += ["", "## Leave one architecture out: its points priced by the class line of the others\n",
             f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
             f"{s['goal']['loao_listed_above']}. Points in the calibration domain. Demand / dry run: the medians "
-            f"over the domain's points (over all its points where none is in it), its own and the others' range; a listed architecture's reason is there: "
-            f"on this CPU the factor is not one number per kernel class (README, \"Why the architectures of a "
+            f"over the domain's points (over all its points where none is in it), its own and the others' range; "
+            f"a listed architecture's reason is there: on this CPU the factor is not one number per kernel class (README, \"Why the architectures of a "
             f"class disagree\").\n",
             "| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
             "|---|---|---|---|---|---|---|"]

@@ -116,11 +116,11 @@ def frame_knots(spec: ModelSpec, tiled: bool = False) -> list[int]:
     if not spec.is_video:
         return [1]
     s = spec.info.frame_step or spec.temporal_factor
+    if tiled and spec.info.encodes_in_clips:  # one frame runs alone, more in whole clips: one knot each
+        return [1, spec.config["clip_length"]]
     latent = TILED_VIDEO_LATENT_KNOTS if tiled else (1, 2, 3, 4, 5, 9)
     if tiled and spec.info.temporal_windows:
         latent = tuple(range(1, spec.info.temporal_windows[0] // s + 2))
-    if tiled and spec.info.encodes_in_clips:  # one frame runs alone, more in whole clips: one knot each
-        return [1, spec.config["clip_length"]]
     return [1 + s * (t - 1) for t in latent]
 
 
@@ -373,6 +373,16 @@ def _split_piece(calls: dict, knot_sizes: list[tuple[int, int, int, Any]]) -> li
     return out
 
 
+def _milli_up(x: float) -> float:
+    """Bytes per pixel rounded up to 1e-3 B (an upper bound that keeps the file short and deterministic)."""
+    return math.ceil(x * 1000 - 1e-6) / 1000
+
+
+def _input_bytes_per_pixel_frame(spec: ModelSpec, dtype: str) -> int:
+    """The op's input (a sample clip) in bytes per pixel and frame: its channels x the element size."""
+    return spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype]
+
+
 def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
            attention: str = "fused") -> dict[str, Any] | None:
     """The structure of (``name``, op, dtype, tiling, attention path) from dry-run cache entries, or None if the
@@ -409,12 +419,12 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         rule, scale = spec.tile_stride_rule(op), spec.tile_scale(op)
         # a class that patchifies before it tiles (Wan 2.2's encode) holds the patchified copy of the whole clip,
         # the input's bytes, for the whole op: a term of the image, not of a tile (without it 0.94-1.11x off the grid)
-        held = spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype] / scale ** 2 if scale > 1 else 0.0
+        held = _input_bytes_per_pixel_frame(spec, dtype) / scale ** 2 if scale > 1 else 0.0
         for fr in knots:
             at = [k for k in wanted if k[2] == fr]  # the loop's grid, then the assembly's point
             big = at[-1]
-            o_copies = (math.ceil(spec.info.tiled_output_copies * outputs[big] / (big[0] * big[1]) * 1000 - 1e-6)
-                        / 1000 if outputs[big] else None)
+            o_copies = (_milli_up(spec.info.tiled_output_copies * outputs[big] / (big[0] * big[1]))
+                        if outputs[big] else None)
             try:
                 coef.append(_tiled_knot(fr, at, peaks, modules, f, rule, o_copies, spec.info.causal_mask, scale,
                                         held, ws))
@@ -434,7 +444,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             per = max(outputs[k] / (k[0] * k[1] * (k[2] if op == "decode" else (k[2] - 1) // tf + 1))
                       for k in wanted)
             out["windows"] = {"op": op, "frames": min_frames, "stride_frames": stride, "temporal_factor": tf,
-                              "bytes_per_pixel_frame": math.ceil(per * 1000 - 1e-6) / 1000}
+                              "bytes_per_pixel_frame": _milli_up(per)}
     else:
         knots = frame_knots(spec)
         slopes, quads, bases = _piece(peaks, knots, _sizes(spec, attention))
@@ -451,16 +461,15 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             # one sample's output per pixel (what slicing keeps per finished sample): exactly linear in area, so
             # the largest ratio of the three sizes, rounded up to 1e-3 B/px
             out["output_bytes_per_pixel"] = [
-                math.ceil(max(outputs[(w, h, fr, None)] / (w * h) for w, h in _sizes(spec)) * 1000 - 1e-6) / 1000
-                for fr in knots]
+                _milli_up(max(outputs[(w, h, fr, None)] / (w * h) for w, h in _sizes(spec))) for fr in knots]
     if spec.info.encodes_in_clips and attention == "fused":  # a clip's output per pixel (rounded up to 1e-3 B)
         # and the input's bytes per pixel and frame, of the padded copy and the repeated frames held to the end
         cf = spec.config["clip_length"]
         if any(outputs[k] is None for k in wanted if k[2] == cf):
             raise ValueError(f"{name} {op} {dtype}: a dry run of one clip records no output bytes")
         per = max(outputs[k] / (k[0] * k[1]) for k in wanted if k[2] == cf)
-        out["clips"] = {"frames": cf, "output_bytes_per_pixel": math.ceil(per * 1000 - 1e-6) / 1000,
-                        "pad_bytes_per_pixel_frame": spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype]}
+        out["clips"] = {"frames": cf, "output_bytes_per_pixel": _milli_up(per),
+                        "pad_bytes_per_pixel_frame": _input_bytes_per_pixel_frame(spec, dtype)}
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)
