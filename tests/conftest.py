@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from vaemem.measuring.child.rig import _cpu_name  # a worker on this machine reports its CPU
 from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome
 from vaemem.measuring.point import Point
 
@@ -34,7 +35,7 @@ class FakeLauncher(Launcher):
         demand = point.pixels * self.bytes_per_pixel
         result = {"status": status, "demand_bytes": demand if status == "ok" else None,
                   "readings": {"baseline_rss_bytes": 1000, "peak_rss_bytes": 1000 + demand},
-                  "rig": {"backend": "cpu", "conv_backend": "onednn", "device_name": "fake"}, "op_wall_s": 0.01}
+                  "rig": {"backend": "cpu", "conv_backend": "onednn", "device_name": _cpu_name()}, "op_wall_s": 0.01}
         return RunOutcome(result, 0, False, "", 0.01, 1234)
 
 

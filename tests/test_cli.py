@@ -55,12 +55,52 @@ def _err_line(result) -> str:
     (["report", "--format", "html"], "unknown --format"),
     (["fit", "--measurements", "no/such/dir"], "no such measurement file"),
     (["diff", "no1.json", "no2.json"], "cannot read coefficient file"),
+    (["trace", "--zoo", "-m", "sd15", "--res", "512"], "give it without --model, --res"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--timeout", "nan"],
+     "--timeout must be a positive number of seconds"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "0x64"], "must be positive"),
+    (["measure", "--sweep", "s.toml", "--batch", "2"], "give either --sweep or grid options"),
+    (["estimate", "-m", "sdxl", "--op", "decode", "--res", "131072", "--dtype", "fp16", "--backend", "cudnn",
+      "--allocator", "native", "--os", "linux"], "at most 65536 px"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in _err_line(result)
+
+
+def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("list.json").write_text("[1, 2]")
+    Path("afile").write_text("")
+    shutil.copy(TINY, "m.jsonl")
+    for args, message in [
+        (["measure", "--sweep", "list.json", "--dry-run"], "not a sweep file"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "list.json"],
+         "not an exceptions file"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--traces", "no-such.json"],
+         "--traces no-such.json: no such file"),
+        (["plot", "--measurements", "m.jsonl", "--out", "afile"], "cannot make that directory"),
+        (["bench-conv3d", "-m", "tiny-wan", "--res", "64x64", "--frames", "5", "--runs", "1", "--out", "afile/x.jsonl"],
+         "is not a directory"),
+    ]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in _err_line(result), args
+
+
+def test_a_rig_owners_fit_keeps_only_the_projects_exceptions_for_its_own_groups(tmp_path):
+    """The default exceptions file is the project's: fitting other measurements (a rig owner's, from a checkout)
+    takes the reasons of the groups they hold and ignores the rest, where a file given by --exceptions must name
+    only groups with data."""
+    shutil.copy(TINY, tmp_path / "m.jsonl")
+    ok = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "c.json")])
+    assert ok.exit_code == 0, ok.output
+    (tmp_path / "e.json").write_text(json.dumps({"schema_version": 1, "groups": {"sd15/decode/x": "why"}}))
+    bad = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "d.json"),
+                              "--exceptions", str(tmp_path / "e.json")])
+    assert bad.exit_code == 2 and "exceptions name groups with no data" in _err_line(bad)
 
 
 @pytest.mark.portable
@@ -278,3 +318,16 @@ def test_a_failed_append_stops_the_sweep_saying_how_many_runs_are_kept(tmp_path,
     line = [l for l in res.output.splitlines() if l.strip()][-1]  # after the plan line: one error line
     assert "Traceback" not in res.output and line.startswith("error: ")
     assert res.exit_code == 2 and "No space left on device" in line and "the sweep stopped, 1 runs kept in" in line
+
+
+def test_a_rig_name_recorded_on_another_cpu_is_refused(tmp_path):
+    """Campaigns 14 and 15 ran on AMD EPYCs under the name of the Intel Xeon of the campaigns before: a rig name
+    labels one machine, so measure refuses a name the folder recorded on another CPU, before anything runs."""
+    line = json.loads(TINY.read_text().splitlines()[0])
+    line["rig"] = {**line["rig"], "name": "the-rig", "device_name": "Some Other CPU 9000"}
+    (tmp_path / "old.jsonl").write_text(json.dumps(line) + "\n")
+    args = ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--runs", "1",
+            "--out", str(tmp_path / "new.jsonl"), "--dry-run"]
+    bad = runner.invoke(app, [*args, "--rig", "the-rig"])
+    assert bad.exit_code == 2 and "give this machine a --rig of its own" in _err_line(bad)
+    assert runner.invoke(app, [*args, "--rig", "another-rig"]).exit_code == 0

@@ -319,7 +319,7 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
     assert est.working_memory_bytes("sdxl", "decode", 512, 512, **kw) == first
     est.clear_cache()
     path.write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
-    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-4\)"):
+    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-5\)"):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
@@ -487,6 +487,57 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("schema_version",), 2.0, "no integer schema_version"),
     (("schema_version",), True, "no integer schema_version"),
 ]
+
+
+def test_a_transfer_on_onednn_adds_the_architectures_own_weight_copy():
+    """CogVideoX's untiled fp32 decode is not measured on these CPUs: it transfers the conv3d class line at its
+    dry-run peak plus the class line's weight_copy_factor x the copy of its largest convolution (7,077,888
+    elements, 27 MiB in fp32); the aten (reference-path) bf16 calibration copies nothing."""
+    from vaemem.models.zoo import LARGEST_CONV_PARAMETERS
+
+    doc = est.load(COMMITTED)
+    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    e = est.explain("cogvideox", "decode", 320, 192, **kw)
+    assert e.source == "transfer" and "the copy of its largest convolution's weight, 27 MiB" in e.reason
+    (calib,) = [c for c in doc["calibrations"] if c["calibration"] == e.group]
+    line, dry = calib["class"], est.dry_run_bytes(None, "cogvideox", "decode", 320, 192, dtype="fp32", frames=9)
+    copy = LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 4
+    assert copy == 27 * MIB and line["weight_copy_factor"] == 1 + doc["margin"]
+    assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, dry, dry, False, 320 * 192)
+                          + line["weight_copy_factor"] * copy)
+    assert all("weight_copy_factor" not in c["class"] for c in doc["calibrations"] if c["conv_backend"] == "aten")
+    assert all("weight_copy_factor" not in ln for c in doc["calibrations"] for ln in c["architectures"].values())
+
+
+def test_weight_copy_fields_are_validated(tmp_path):
+    doc = json.loads(COMMITTED.read_text())
+    i = next(i for i, c in enumerate(doc["calibrations"]) if "weight_copy_factor" in c["class"])
+    j = next(j for j, c in enumerate(doc["calibrations"]) if c["conv_backend"] == "aten")
+    for mutate, message in [
+        (lambda d: d["calibrations"][i]["class"].__setitem__("weight_copy_factor", -1.05),
+         f"calibrations[{i}].class.weight_copy_factor must be a non-negative number"),
+        (lambda d: d["calibrations"][j]["class"].__setitem__("weight_copy_factor", 1.05),
+         f"calibrations[{j}].class.weight_copy_factor must be absent off onednn"),
+        (lambda d: d["models"]["ltx-2"].__delitem__("largest_conv_parameters"),
+         "models.ltx-2.largest_conv_parameters is missing"),
+        (lambda d: d["models"]["ltx-2"]["largest_conv_parameters"].__setitem__("encode", 10**12),
+         "models.ltx-2.largest_conv_parameters.encode must be at most parameters"),
+        (lambda d: d["models"]["ltx-2"]["largest_conv_parameters"].__setitem__("decode", -1),
+         "models.ltx-2.largest_conv_parameters.decode must be a non-negative integer"),
+    ]:
+        bad = json.loads(json.dumps(doc))
+        mutate(bad)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            est.validate(bad, "c.json")
+    old = json.loads(json.dumps(doc))  # a file of schema 4 has neither: readable, and no transfer adds a copy
+    old["schema_version"] = 4
+    for m in old["models"].values():
+        del m["largest_conv_parameters"]
+    for c in old["calibrations"]:
+        c["class"].pop("weight_copy_factor", None)
+    e = est.explain("cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn",
+                    allocator="glibc-fixed", os="linux", coefficients=old)
+    assert e.source == "transfer" and "copy" not in e.reason
 
 
 @pytest.mark.parametrize("path,value,message", MUTATIONS)

@@ -13,7 +13,7 @@ from vaemem.errors import VaememError
 from vaemem.measuring.point import Point, validate
 from vaemem.models.build import (_parameters_on_meta, build_model, configure_tiling, count_parameters, input_shape,
                                  make_input, run_op)
-from vaemem.models.zoo import ATTENTION_OPS, CLASS_DEFAULTS, CLASSES, OP_PARAMETERS, PARAMETERS, SAME_LAYERS, get_spec, registry
+from vaemem.models.zoo import ATTENTION_OPS, CLASS_DEFAULTS, CLASSES, LARGEST_CONV_PARAMETERS, OP_PARAMETERS, PARAMETERS, SAME_LAYERS, get_spec, registry
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
@@ -69,6 +69,16 @@ def test_per_op_parameter_table_matches_meta_builds(name):
     halves = OP_PARAMETERS[name]
     assert {op: count_op_parameters(name, op) for op in ("decode", "encode")} == halves
     assert halves["decode"] + halves["encode"] <= PARAMETERS[name]
+
+
+@pytest.mark.parametrize("name", sorted(LARGEST_CONV_PARAMETERS))
+def test_largest_convolution_table_matches_meta_builds(name):
+    from vaemem.models.build import largest_conv_parameters
+
+    assert set(LARGEST_CONV_PARAMETERS) == set(registry())
+    largest = LARGEST_CONV_PARAMETERS[name]
+    assert {op: largest_conv_parameters(name, op) for op in ("decode", "encode")} == largest
+    assert all(0 < largest[op] <= OP_PARAMETERS[name][op] for op in largest)
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_OPS))

@@ -123,12 +123,14 @@ def measure(
     budget: tuple | None = None
     try:
         if sweep is not None:
-            if model or op or dtype or res or overlap or slicing or attention_path != "fused" \
-                    or conv3d_path != "native":
+            if model or op or dtype or res or batch or frames or tile or allocator or overlap or slicing \
+                    or attention_path != "fused" or conv3d_path != "native":
                 raise VaememError("give either --sweep or grid options (--model/--op/--dtype/--res, ...), not both")
             sw = load_sweep(sweep, device)
             points, runs = sw.points, sw.runs if runs == 2 else runs
             if sw.budget_s is not None:  # a plan carries its device and its budget
+                if device != "cpu" and device != points[0].device:
+                    raise VaememError(f"{sweep} is a plan for {points[0].device}: --device {device} contradicts it")
                 device = points[0].device
                 budget = (sw.budget_s, sw.predicted_s)
         else:
@@ -144,12 +146,13 @@ def measure(
         # where file locks are not to be trusted; resume, fit and report read every file of the folder
         default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
         out_path = out or default_path("measurements") / default_name
-        from vaemem.measuring.parent.runner import check_options
+        from vaemem.measuring.parent.runner import check_options, check_rig_name
         from vaemem.measuring.parent.store import check_out_path
 
         # before the plan or the bar: a bad option or output file is one line, and nothing starts
         check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
         check_out_path(out_path)
+        check_rig_name(points, out_path, rig_name)
         if dry_run:
             from vaemem.measuring.parent.runner import sweep_plan
 
@@ -209,6 +212,13 @@ def trace(
     try:
         cfg = None
         if zoo:
+            given = [flag for flag, v in (("--model", model), ("--config", config), ("--op", op), ("--res", res),
+                                          ("--batch", batch), ("--frames", frames), ("--tile", tile),
+                                          ("--overlap", overlap != 0.25), ("--attention", attention != "fused"),
+                                          ("--slicing", slicing), ("--conv3d", conv3d != "native"),
+                                          ("--dtype", dtype != "fp32")) if v]
+            if given:
+                raise VaememError(f"--zoo runs the whole structure grid: give it without {', '.join(given)}")
             from vaemem.tracing.structure import zoo_grid
 
             specs = zoo_grid()
@@ -417,6 +427,7 @@ DEFAULT_MEASUREMENTS = default_path("measurements")
 DEFAULT_COEFFICIENTS = packaged_coefficients()
 DEFAULT_EXCEPTIONS = default_path("fits/exceptions.json")
 DEFAULT_TRACES = default_path("fits/traces.json")
+REPORT_SCHEMA_VERSION = 1  # of `vaemem report --format json`
 # as --help shows them: a full path is cut at 80 columns
 SHOWN = {DEFAULT_MEASUREMENTS: "measurements/", DEFAULT_COEFFICIENTS: "the package's coefficients.json",
          DEFAULT_EXCEPTIONS: "fits/exceptions.json", DEFAULT_TRACES: "fits/traces.json"}
@@ -436,7 +447,7 @@ def fit(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
     traces: Path = typer.Option(DEFAULT_TRACES, show_default=SHOWN[DEFAULT_TRACES],
                                 help="dry-run cache the structures come from (vaemem trace --zoo "
-                                "--record); absent: pixel lines only"),
+                                "--record); the default absent: pixel lines only"),
     replace: bool = typer.Option(False, "--replace", help="allow replacing the packaged coefficient file from "
                                  "measurements other than the default folder"),
 ) -> None:
@@ -461,7 +472,12 @@ def fit(
             if stale:
                 raise VaememError(f"{traces}: " + "; ".join(stale) + ": re-run `vaemem trace --zoo --record "
                                   f"{traces}` with this torch", 1)
-        result = co.fit_dataset(data, margin, co.load_exceptions(exceptions), cache)
+        if traces != DEFAULT_TRACES and not traces.exists():
+            raise VaememError(f"--traces {traces}: no such file")
+        reasons = co.load_exceptions(exceptions)
+        if exceptions == DEFAULT_EXCEPTIONS and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]:
+            reasons = {g: r for g, r in reasons.items() if g in data.groups}  # the project's reasons for its own data
+        result = co.fit_dataset(data, margin, reasons, cache)
         text = co.dumps(result.document)
         if result.violations:
             for v in result.violations:
@@ -713,7 +729,8 @@ def report(
     except VaememError as e:
         _fail(e)
     if fmt == "json":
-        typer.echo(json.dumps({**summary, "structural": structure}, indent=1, sort_keys=True))
+        typer.echo(json.dumps({"schema_version": REPORT_SCHEMA_VERSION, **summary, "structural": structure},
+                              indent=1, sort_keys=True))
     elif fmt == "markdown":
         head = ("## Pixel lines per group\n\nThe schema-1 rule (slope x pixels x frames + base), held out, for "
                 "comparison; \"fitted\" is the file's own price where a group is still priced by its pixel line.\n\n")

@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 4) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 5) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -29,7 +29,10 @@ order:
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
-    (factors within 15 %, and each, held out, covered by the others' line) or the transfer is unverified;
+    (factors within 15 %, and each, held out, covered by the others' line) or the transfer is unverified. On a
+    backend that copies a convolution's weight (``WEIGHT_COPY_BACKENDS``) the pooled line is fitted on demand less
+    each point's copy of its architecture's largest convolution weight, and prices ``weight_copy_factor`` x this
+    architecture's copy on top: a copy is what one architecture's points cannot tell about another's;
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family))``, both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
@@ -65,14 +68,25 @@ from collections.abc import Callable
 # 3: structures may list split convolutions and lines may carry a floor, which a reader of 2 would ignore.
 # 4: a tiled structure may carry temporal windows and a fifth, squared-area term per knot, which a reader of 3
 # would refuse as damaged; a file of 3 is one of 4 without them, so it stays readable.
-SCHEMA_VERSION = 4
-READABLE_SCHEMAS = (3, 4)
+# 5: a class line on a weight-copying backend carries weight_copy_factor and the models their largest convolution,
+# which a reader of 4 would ignore (under-pricing a transfer); a file of 4 is one of 5 without them.
+SCHEMA_VERSION = 5
+READABLE_SCHEMAS = (3, 4, 5)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
 PLATFORM_KEYS = ("conv_backend", "allocator", "dtype", "os", "op", "tiled")
 AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio (and
 # each, held out, is covered by the line of the others: ``vaemem.fit.coefficients.held_out_uncovered``)
+# Conv backends that hold a reordered copy of a convolution's weight for the length of the call (oneDNN's blocked
+# formats: ``benchmarks/cpu_conv_transients.py``), bytes no dry run sees. Their class lines are fitted on demand
+# less each point's copy and price a transfer with the architecture's own copy added (:func:`weight_copy_bytes`).
+WEIGHT_COPY_BACKENDS = ("onednn",)
+# The fallback never reserves less than this x the dry-run peak: the lowest demand / dry run of the seeds' GPU
+# platforms (structure.md: 1.55 for SDXL fp16 on MIOpen). Why: the legacy rule prices a tiled op by one tile and
+# misses the assembly of the output, which grows with the image (SDXL bf16 decode at 4096 px with 256 px tiles:
+# 344 MiB by the rule, 361 MiB of live tensors).
+FALLBACK_MIN_DRY_FACTOR = 1.5
 REFERENCE_MODEL = "sd15"  # the SD family, the legacy rule's reference in the fallback
 MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -107,9 +121,13 @@ _EMBEDDED: dict | None = None
 class Estimate:
     """A reservation and how it was reached. All sizes in bytes.
 
-    ``source`` is "exact" or "fallback"; ``group`` the group priced (exact) or the measured group the fallback
-    leaned on; ``envelope_bytes`` slope x pixels + base of that group (0 when none); ``cast_bytes`` the weight-cast
-    growth; ``floor_bytes`` the legacy rule when the fallback applied it (0 for exact groups).
+    ``source`` is the rule that priced it, in the declared order: "measured" (the architecture's own calibration
+    line, or a measured pixel line), "transfer" (the class line of other architectures on this platform) or
+    "fallback" (the platform was never measured); ``group`` the calibration or pixel-line group that priced it
+    (None for the fallback); ``reason`` what applied and how far from measured points it went; ``envelope_bytes``
+    the line's (or the fallback's scaled rule's) bytes before the cast term; ``cast_bytes`` the weight-cast growth;
+    ``floor_bytes`` the legacy rule where the fallback weighed it (0 otherwise); ``pixels`` width x height x batch
+    x frames.
     """
 
     __slots__ = ("bytes", "source", "group", "reason", "envelope_bytes", "cast_bytes", "floor_bytes", "pixels")
@@ -155,6 +173,8 @@ def _read(p: str) -> dict:
         raise ValueError(f"cannot read coefficient file {p}: {e.strerror}") from None
     except ValueError as e:
         raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError(f"coefficient file {p} is nested too deeply to be a coefficient file") from None
     return validate(data, f"coefficient file {p}")
 
 
@@ -258,7 +278,7 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
 def _check_line(line: dict, where: str, small: bool = False) -> None:
     for name in ("dry_factor", "per_sample_factor", "base_bytes", "dry_bytes_max"):
         _field(line, name, where, "num>=0")
-    for name in ("single_frame_factor", "single_frame_bytes", "floor_bytes"):
+    for name in ("single_frame_factor", "single_frame_bytes", "floor_bytes", "weight_copy_factor"):
         if name in line:
             _field(line, name, where, "num>=0")
     _field(line, "n_points", where, "int>0")
@@ -404,7 +424,7 @@ def _check_keys(d: dict, where: str) -> None:
 
 
 def validate(data: object, source: str = "coefficients") -> dict:
-    """Check a coefficient document (schema 3 or 4) field by field and index it for pricing. Raises ValueError naming
+    """Check a coefficient document (schema 3, 4 or 5) field by field and index it for pricing. Raises ValueError naming
     ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative slope
     or factor, or a line that prices a valid request at zero or less."""
     if not isinstance(data, dict):
@@ -426,6 +446,8 @@ def validate(data: object, source: str = "coefficients") -> dict:
         if not isinstance(data.get(name), {"models": dict, "groups": list}[name]):
             raise ValueError(f"{source} lacks {name}: not a vaemem coefficient file, or damaged; regenerate it with "
                              f"`vaemem fit`")
+    if "margin" in data:  # already in every line: a reader of the file learns it here
+        _field(data, "margin", source, "num>=0")
     for name, m in data["models"].items():
         w = f"{source}: models.{name}"
         for f, kind in (("architecture", "str"), ("family", "str"), ("parameters", "int>=0"),
@@ -437,6 +459,15 @@ def validate(data: object, source: str = "coefficients") -> dict:
             for op in OPS:
                 n = _field(_field(m, "op_parameters", w, "dict"), op, f"{w}.op_parameters", "int>=0")
                 _need(n <= m["parameters"], f"{w}.op_parameters.{op}", f"at most parameters ({m['parameters']})", n)
+        if version >= 5:  # what refuses a request or changes its price is required from schema 5 (an older file
+            for f in ("ops", "refused", "refused_tiled", "attention_ops", "op_parameters"):  # lacks some of them)
+                _field(m, f, w, "list" if f in ("ops", "attention_ops") else "dict")
+            # a transfer on a weight-copying backend adds the copy of the op's largest convolution
+            for op in OPS:
+                n = _field(_field(m, "largest_conv_parameters", w, "dict"), op, f"{w}.largest_conv_parameters",
+                           "int>=0")
+                _need(n <= m["parameters"], f"{w}.largest_conv_parameters.{op}",
+                      f"at most parameters ({m['parameters']})", n)
         for name in ("refused", "refused_tiled"):
             if name in m:
                 _field(m, name, w, "dict")
@@ -485,6 +516,9 @@ def validate(data: object, source: str = "coefficients") -> dict:
         for arch, line in _field(c, "architectures", w, "dict").items():
             _check_line(line, f"{w}.architectures.{arch}")
         _check_line(_field(c, "class", w, "dict"), f"{w}.class")
+        if "weight_copy_factor" in c["class"]:
+            _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS and version >= 5, f"{w}.class.weight_copy_factor",
+                  f"absent off {', '.join(WEIGHT_COPY_BACKENDS)} and below schema 5", c["class"]["weight_copy_factor"])
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
@@ -623,8 +657,10 @@ def compile_structure(s: dict) -> tuple:
                 s["stride_rule"], windows, s.get("tile_scale", 1), s.get("held_bytes_per_pixel_frame", 0.0),
                 None if "tile_working_set" not in s else compile_structure(s["tile_working_set"]), _clips(s))
     up = s.get("upper")
+    outputs = tuple(s.get("output_bytes_per_pixel", ()))
     upper = None if up is None else (up["area_from"], (False, tuple(s["knots"]), tuple(up["bytes_per_pixel"]),
-                                                       tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"])))
+                                                       tuple(up["bytes_per_pixel_squared"]), tuple(up["base_bytes"]),
+                                                       0, outputs))
     sp = s.get("split")
     split = None
     if sp is not None:
@@ -632,7 +668,7 @@ def compile_structure(s: dict) -> tuple:
         split = (sp["bytes_per_element"], layers, tuple(_split_groups(k, k) for k in layers),
                  (None, *(_split_groups(a, b) if split_compatible(a, b) else None for a, b in zip(layers, layers[1:]))))
     return (False, tuple(s["knots"]), tuple(s["bytes_per_pixel"]), tuple(s["bytes_per_pixel_squared"]),
-            tuple(s["base_bytes"]), s.get("area_min", 0), tuple(s.get("output_bytes_per_pixel", ())),
+            tuple(s["base_bytes"]), s.get("area_min", 0), outputs,
             s.get("extrapolate", "linear") == "quadratic", upper, split, _clips(s))
 
 
@@ -748,7 +784,11 @@ def output_per_pixel(c: tuple, frames: int) -> float | None:
 
 def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
     """(a, q, base) of an untiled compiled structure at ``frames``: the knots' values, linear between knots and
-    extrapolated along the last segment past the last knot (by then the growth is the output clip's). A structure
+    extrapolated along the last segment past the last knot (by then the growth is the output clip's). Past the
+    last knot the bytes per pixel also grow at least as the output does and reach at least twice the output (a
+    clip decoded in chunks keeps each chunk's output, then concatenates them): CogVideoX's decode is flat from 17 to
+    65 frames, where the first chunk's working set leads, and at 64x64 x 2001 frames dry-runs 233 MB, which the
+    flat segment priced 188 MB (the outputs before the last chunk are 47 MB). A structure
     marked ``extrapolate: quadratic`` (the math path's attention peak, whose scores can span frames: Mochi's
     temporal attention) takes, past its last knot, the larger of that and the parabola through its last three
     knots, term by term."""
@@ -759,6 +799,11 @@ def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
         return a_[0], q_[0], b_[0]
     lin = (a_[i - 1] + (a_[i] - a_[i - 1]) * u, q_[i - 1] + (q_[i] - q_[i - 1]) * u,
            b_[i - 1] + (b_[i] - b_[i - 1]) * u)
+    out = c[6] if len(c) > 6 else ()
+    if frames > knots[-1] and len(out) == n >= 2:
+        grown = out[-2] + (out[-1] - out[-2]) * u  # the output clip's bytes per pixel, extrapolated
+        a = max(lin[0], a_[-1] + grown - out[-1], 2 * grown)
+        lin = (a, lin[1], lin[2])
     if not (len(c) > 7 and c[7] and n >= 3 and frames > knots[-1]):
         return lin
     x0, x1, x2 = knots[-3], knots[-2], knots[-1]  # Lagrange weights of the last three knots at ``frames``
@@ -1009,6 +1054,10 @@ def invokeai_bytes(op: str, width: int, height: int, *, dtype: str, backend: str
 # ---- pricing ---------------------------------------------------------------------------------------------------
 
 CAST = ("model", "op")  # the weights an app cast to the run dtype: the whole VAE (default), or the half the op runs
+# The largest side priced or measured: a 4.3-gigapixel frame. Past it a tiled price's loop over the tiles would
+# take seconds a call (sizes from an app's untrusted input must not stall it), and no VAE runs there.
+MAX_SIDE = 65536
+MAX_FRAMES = 65537  # 45 minutes at 24 fps, 1 + 2^16 (a clip length of every class's 1 + step x k)
 TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
 
 
@@ -1032,6 +1081,8 @@ def geometry_error(model: str, factor: int, width: int, height: int, tile: int |
     patchified pixels, still decides to tile on the sample size: a tile smaller than the image tiles.)"""
     if width % factor or height % factor:
         return f"{model} needs width and height in multiples of {factor} px, got {width}x{height}"
+    if max(width, height) > MAX_SIDE:
+        return f"width and height must be at most {MAX_SIDE} px, got {width}x{height}"
     if tile is None:
         return None
     if tile <= 0 or tile % factor:
@@ -1058,6 +1109,8 @@ def frames_error(model: str, step: int | None, frames: int) -> str | None:
     if (frames - 1) % step:
         return (f"{model} takes clips of 1 + {step}k frames ({', '.join(str(1 + step * k) for k in range(4))}, "
                 f"...), got {frames}")
+    if frames > MAX_FRAMES:
+        return f"frames must be at most {MAX_FRAMES}, got {frames}"
     return None
 
 
@@ -1133,7 +1186,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy")
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -1199,10 +1252,13 @@ class _Plan:
         self.group = coef["_index"].get(group_id(key))
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = None
         self.arch_video = False
+        self.copy = 0  # a transfer's weight copy (bytes): the class line's weight_copy_factor prices it
         if s is not None and self.calib is not None:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
             self.line = self.own if self.own is not None else self.calib["class"]
+            if self.own is None and "weight_copy_factor" in self.line:
+                self.copy = weight_copy_bytes(m["largest_conv_parameters"][op], dtype, backend)
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
             return
         if self.group is not None:
@@ -1219,6 +1275,10 @@ class _Plan:
             return sorted({g[field] for g in lines if all(g[k] == key[k] for k in PLATFORM_KEYS if k != field)})
 
         have = measured("dtype")
+        if dtype in have:  # its calibration is here, its structure is not (a file fitted without the dry runs)
+            raise ValueError(f"{model} {op} {dtype} is calibrated on {backend}/{allocator}/{os}, but this coefficient "
+                             f"file has no dry-run structure to price it; refit it with the dry-run cache "
+                             f"(`vaemem fit --traces fits/traces.json`)")
         if have:
             elsewhere = measured("allocator")
             raise ValueError(f"no coefficient line for dtype {dtype} of {model} {op} on {backend}/{allocator}/{os}; "
@@ -1253,7 +1313,7 @@ class _Plan:
         sf = self.factor
         if t is not None and type(t) is not int:
             t = _positive_int("tile", t)
-        if w % sf or h % sf or t is not None:  # type: ignore[operator]
+        if w % sf or h % sf or t is not None or w > MAX_SIDE or h > MAX_SIDE:  # type: ignore[operator]
             problem = geometry_error(self.model, sf, w, h, t)  # type: ignore[arg-type]
             if problem:
                 raise ValueError(problem)
@@ -1263,7 +1323,7 @@ class _Plan:
             if t is not None and self.tile_max is not None and t > self.tile_max:
                 raise ValueError(f"{self.model} is priced tiled up to {self.tile_max} px tiles (the largest its "
                                  f"dry-run structure was derived on: past it another term leads), got {t}")
-        if (f != 1 if self.image else (f - 1) % self.step):  # type: ignore[operator]
+        if (f != 1 if self.image else (f - 1) % self.step or f > MAX_FRAMES):  # type: ignore[operator]
             raise ValueError(frames_error(self.model, self.step, f))
         kind = self.kind
         if kind == "pixel":
@@ -1297,7 +1357,8 @@ class _Plan:
                              None if self.up is None else
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         if kind == "calib":
-            env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h))  # type: ignore
+            env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h,  # type: ignore
+                                        self.copy))
             return env + self.cast_bytes, env, dry, 0, "", 0.0
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
@@ -1308,7 +1369,7 @@ class _Plan:
             ref = ref * dry / one
         if not ref:
             return floor + self.cast_bytes, 0, dry, floor, "", 0.0
-        env = int(floor * dry / ref)
+        env = max(int(floor * dry / ref), int(FALLBACK_MIN_DRY_FACTOR * dry))
         return (env if env > floor else floor) + self.cast_bytes, env, dry, floor, "", ref
 
 
@@ -1369,12 +1430,17 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
     the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
-    outputs. A request no model could run raises ValueError."""
+    outputs. A request no model could run, or this model cannot (an op or tiling it refuses), raises ValueError,
+    as pricing does."""
     if type(slicing) is not bool:
         raise ValueError(f"slicing must be True or False, got {slicing!r}")
     _check_op(op, dtype, attention)
     coef = _doc(coef)
     m = _model(coef, model)
+    if op not in m.get("ops", OPS):
+        raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
+    if tile is not None and op in m.get("refused_tiled", {}):
+        raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     problem = geometry_error(model, m["spatial_factor"], width, height,
@@ -1406,13 +1472,21 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
                      width, height, batch, frames, tile)[0]
 
 
-def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> float:
+def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
+                      copy_bytes: float = 0) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
-    a video architecture; ``frame_pixels``: width x height). Below the line's domain (``domain_min_frame_pixels``)
+    a video architecture; ``frame_pixels``: width x height; ``copy_bytes``: :func:`weight_copy_bytes`, which a
+    class line with ``weight_copy_factor`` adds). Below the line's domain (``domain_min_frame_pixels``)
     the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
     the larger of the two lines. The one evaluation of the line: the fit, the reports and the pricing all call
     it."""
-    return _line_at(c, dry, dry1, single_frame, frame_pixels)[1]
+    return _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + c.get("weight_copy_factor", 0.0) * copy_bytes
+
+
+def weight_copy_bytes(largest_conv_parameters: int, dtype: str, backend: str) -> int:
+    """Bytes of the copy of an op's largest convolution weight (``largest_conv_parameters`` elements) that
+    ``backend`` holds while the convolution runs in ``dtype``: 0 off ``WEIGHT_COPY_BACKENDS``."""
+    return largest_conv_parameters * ELEMENT_SIZE[dtype] if backend in WEIGHT_COPY_BACKENDS else 0
 
 
 def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> tuple[dict, float]:
@@ -1506,6 +1580,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
                   f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _line_terms(line, dry, dry / int(batch), plan.arch_video and int(frames) == 1))
+        if plan.copy:
+            reason += (f" + {calib['class']['weight_copy_factor']:.2f} x the copy of its largest convolution's "
+                       f"weight, {plan.copy / MIB:.0f} MiB")
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
@@ -1514,7 +1591,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
-        if ratio > 1:
+        if env == int(FALLBACK_MIN_DRY_FACTOR * dry) and env > floor * ratio:
+            reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB, "
+                      f"above the legacy rule x {ratio:.2f} (the seeds' lowest demand / dry run)")
+        elif ratio > 1:
             reason = (f"platform not measured: legacy rule x {ratio:.2f} (dry-run peak {dry / MIB:.0f} MiB against "
                       f"{ref / MIB:.0f} MiB of the SD family)")
         else:
@@ -1629,6 +1709,9 @@ def detect_allocator(backend: str, env: dict | None = None, os: str | None = Non
     ``expandable_segments:True`` / ``:False``, else ``native``. CPU on Linux: ``glibc-fixed`` when glibc's
     ``MALLOC_MMAP_THRESHOLD_`` is set, else ``glibc``; CPU elsewhere: ``system`` (not glibc; never measured)."""
     env = dict(_os.environ if env is None else env)
+    odd = sorted(str(k) for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str))
+    if odd:
+        raise ValueError(f"env must map names to strings, as os.environ does; not: {', '.join(odd)}")
     if backend in CPU_BACKENDS:
         if (os or os_key()) != "linux":
             return "system"

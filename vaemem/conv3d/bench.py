@@ -13,6 +13,8 @@ and encodes them one after another; times are per chunk, all tiles together.
 
 from __future__ import annotations
 
+import re
+
 import datetime as _dt
 import os
 import statistics
@@ -24,7 +26,7 @@ from typing import Any
 
 from vaemem import __version__
 from vaemem.errors import VaememError
-from vaemem.measuring.parent.store import SCHEMA_VERSION, append_record
+from vaemem.measuring.parent.store import SCHEMA_VERSION, append_record, check_out_path, iter_records
 
 BENCH_MODELS = ("minimax-h3", "wan21", "wan22", "tiny-minimax-h3", "tiny-wan")
 DTYPES = ("fp32", "fp16-autocast", "bf16-autocast")
@@ -168,8 +170,17 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
         raise VaememError("--runs, --frames and --tiles must be positive")
     if spec.frames_error(frames):
         raise VaememError(spec.frames_error(frames))
+    if width <= 0 or height <= 0:
+        raise VaememError(f"width and height must be positive, got {width}x{height}")
     if height % rows or width % cols or (height // rows) % f or (width // cols) % f:
         raise VaememError(f"{width}x{height} cut into {rows}x{cols} tiles must give tiles in multiples of {f} px")
+    if not re.fullmatch(r"(cpu|cuda|xpu)(:\d+)?|mps", device):
+        raise VaememError(f"bad device {device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
+    if out is not None:  # before minutes of benchmark: a file that cannot take lines, or of a newer schema
+        check_out_path(out)
+        if out.exists():
+            for _ in iter_records([out]):
+                pass
     paths = PATHS if conv3d == "both" else (conv3d,)
     launch = make_launcher(launcher)
     records: list[dict[str, Any]] = []

@@ -155,10 +155,14 @@ def load_exceptions(path: Path | None) -> dict[str, str]:
         data = json.loads(path.read_text())
     except ValueError as e:
         raise VaememError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise VaememError(f"{path}: not an exceptions file (a JSON object with schema_version and groups)")
     if data.get("schema_version") != EXCEPTIONS_SCHEMA_VERSION:
         raise VaememError(f"{path}: schema_version {data.get('schema_version')!r} is not "
                           f"{EXCEPTIONS_SCHEMA_VERSION}, the one this vaemem reads")
     groups = data.get("groups", {})
+    if not isinstance(groups, dict):
+        raise VaememError(f"{path}: groups must be an object of group id: reason")
     if not all(isinstance(v, str) and v.strip() for v in groups.values()):
         raise VaememError(f"{path}: every exception needs a non-empty reason")
     return dict(groups)
@@ -181,7 +185,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     """Fit every group and build the coefficient document (a dict, ready for :func:`dumps`). ``traces`` is the
     dry-run cache (:mod:`vaemem.tracing.cache`) the structures are derived from; without it the file has pixel
     lines only."""
-    from vaemem.models.zoo import ATTENTION_OPS, OP_PARAMETERS, PARAMETERS, registry
+    from vaemem.models.zoo import ATTENTION_OPS, LARGEST_CONV_PARAMETERS, OP_PARAMETERS, PARAMETERS, registry
     from vaemem.tracing.structure import derive_all
 
     if not 0 <= margin < 1:
@@ -240,7 +244,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     reg = registry()
     archs = {g["architecture"] for g in groups} | {u["architecture"] for u in unfitted}
     models = {name: {"architecture": s.architecture, "parameters": PARAMETERS[name],
-                     "op_parameters": OP_PARAMETERS[name],
+                     "op_parameters": OP_PARAMETERS[name], "largest_conv_parameters": LARGEST_CONV_PARAMETERS[name],
                      "force_upcast": bool(s.config.get("force_upcast", False)),
                      "spatial_factor": s.spatial_factor, "temporal_factor": s.temporal_factor,
                      "frame_step": s.info.frame_step, "kernel": s.kernel, "ops": list(s.ops),
@@ -311,8 +315,10 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
 DOMAIN_MIN_FRAME_PIXELS = 128 * 96
 
 
-def calibration_line(rows: list[tuple], margin: float, floor: bool = False) -> dict[str, Any]:
-    """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels) rows:
+def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
+                     weight_copy: bool = False) -> dict[str, Any]:
+    """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels[, weight
+    copy bytes]) rows:
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
     one-frame clip)``, x (1 + margin), rounded up, fitted on the rows of the domain
     (:data:`DOMAIN_MIN_FRAME_PIXELS`); the rows below it get the same envelope of their own in ``small``, which
@@ -321,17 +327,27 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False) -> d
     than one batch size, the single-frame term only where they hold one-frame and longer clips of a video model (a
     one-frame clip is its own regime: MiniMax-H3 and Wan encode one frame with other kernels, at up to 2x the factor
     of a longer clip). ``floor``: one architecture's line may also carry ``floor_bytes`` (see :func:`_envelope`); a
-    line pooled over architectures never does (their floors differ)."""
+    line pooled over architectures never does (their floors differ). ``weight_copy`` (a line pooled over the
+    architectures of a weight-copying backend, :data:`vaemem.estimate.WEIGHT_COPY_BACKENDS`): each row's copy of its
+    architecture's largest convolution weight is a fixed part of its reservation, the line is fitted to the rest,
+    and the line carries ``weight_copy_factor``, 1 + margin, by which a price adds an architecture's copy. Why: on
+    this CPU LTX-2's 432 MiB convolution sets a 452-460 MiB demand at clips of 6-102 MiB dry runs, which a line over
+    architectures whose largest convolutions are 15-216 MiB priced at 0.15-0.38x; priced with its copy, 1.07x and
+    more (campaign 15)."""
+    assert not (floor and weight_copy), "a floor is one architecture's; a weight copy tells architectures apart"
     below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
     inside = [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
     split = len({r[0] for r in inside}) >= 2 and len({r[0] for r in below}) >= 2
-    line = _envelope(inside if split else rows, margin, floor)
+    line = _envelope(inside if split else rows, margin, floor, weight_copy)
     if split:
         line["domain_min_frame_pixels"] = DOMAIN_MIN_FRAME_PIXELS
-        line["small"] = {**_envelope(below, margin, floor), "n_points": len(below),
+        line["small"] = {**_envelope(below, margin, floor, weight_copy), "n_points": len(below),
                          "dry_bytes_max": int(max(r[0] for r in below))}
+    if weight_copy:
+        line["weight_copy_factor"] = round(1 + margin, 6)
     dry = [r[0] for r in rows]
-    ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows]
+    ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0) / r[2]
+              for r in rows]
     return {**line, "n_points": len(rows), "n_points_below_domain": len(below) if split else 0,
             "worst_ratio": round(max(ratios), 4), "median_ratio": round(statistics.median(ratios), 4),
             "dry_bytes_max": int(max(dry))}
@@ -349,14 +365,14 @@ FLOOR_FLAT = 1.02
 FLOOR_LINE_RISE = 1.1
 
 
-def _envelope(rows: list[tuple], margin: float, floor: bool = False) -> dict[str, Any]:
+def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy: bool = False) -> dict[str, Any]:
     """The line of :func:`calibration_line` through ``rows``. With ``floor``, also ``max(floor_bytes, line)``
     where that reserves less: the points of the k smallest dry-run peaks (k at most half the points) set a floor,
     their largest demand plus the margin, and the line is fitted over the others; the k of the least summed
     reservation / demand wins, k = 0 (no floor) on a tie. Why: on this CPU HunyuanImage-2.1's decoder needs
     309 MiB at 256x256 and at 384x256 alike (dry runs of 112 and 168 MiB), a resident floor, and from 640x384 up
     1.16-1.20x its dry run; one line through both bent the line and under-priced a held-out size."""
-    best = _line_through(rows, margin)
+    best = _line_through(rows, margin, weight_copy)
     if not floor:
         return best
 
@@ -394,8 +410,9 @@ def _terms(rows: list[tuple]) -> tuple[bool, bool]:
     return any(abs(r[0] - r[1]) > 0.5 for r in rows), 0 < single < len(rows)
 
 
-def _line_through(rows: list[tuple], margin: float) -> dict[str, Any]:
-    """The envelope line of :func:`calibration_line` over ``rows``, with the margin, rounded up."""
+def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -> dict[str, Any]:
+    """The envelope line of :func:`calibration_line` over ``rows``, with the margin, rounded up (``weight_copy``:
+    over what each row's weight copy leaves of its demand)."""
     dry, dry1, demand = ([r[i] for r in rows] for i in range(3))
     single = [1.0 if r[3] else 0.0 for r in rows]
     batched, regimes = _terms(rows)
@@ -403,7 +420,8 @@ def _line_through(rows: list[tuple], margin: float) -> dict[str, Any]:
              *(["single_frame_factor", "single_frame_bytes"] if regimes else [])]
     columns = {"dry_factor": dry, "per_sample_factor": dry1, "base_bytes": [1.0] * len(rows),
                "single_frame_factor": [a * s for a, s in zip(dry, single)], "single_frame_bytes": single}
-    coef = dict(zip(names, fit_upper([columns[n] for n in names], demand)))
+    coef = dict(zip(names, fit_upper([columns[n] for n in names], demand,
+                                     [r[5] for r in rows] if weight_copy else None)))
     line = {"dry_factor": ceil_step(coef["dry_factor"] * (1 + margin), FACTOR_STEP),
             "per_sample_factor": ceil_step(coef.get("per_sample_factor", 0.0) * (1 + margin), FACTOR_STEP),
             "base_bytes": int(ceil_step(coef["base_bytes"] * (1 + margin), BASE_STEP)),
@@ -417,7 +435,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
     class (see :mod:`vaemem.estimate`). Points whose architecture has no structure for them are left out (they
     keep their pixel line)."""
     from vaemem import estimate as est
-    from vaemem.models.zoo import get_spec
+    from vaemem.models.zoo import LARGEST_CONV_PARAMETERS, get_spec
 
     buckets: dict[str, tuple[dict[str, Any], str, dict[str, list], set[str]]] = {}
     for gid, (key, pts) in sorted(data.groups.items()):
@@ -429,8 +447,10 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
             single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
+            copy = est.weight_copy_bytes(LARGEST_CONV_PARAMETERS[p.point["model"]][key["op"]], key["dtype"],
+                                         key["conv_backend"])
             entry[2].setdefault(key["architecture"], []).append(
-                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"]))
+                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"], copy))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
@@ -442,38 +462,41 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         ref = statistics.median(r[0] for r in pooled)
         factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS) / ref for ln in archs.values()]
         spread = max(factors) / min(factors)
-        uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin)
+        copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS
+        uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin, copies)
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
-                    "class": calibration_line(pooled, margin), "spread": round(spread, 4),
+                    "class": calibration_line(pooled, margin, weight_copy=copies), "spread": round(spread, 4),
                     "agree": agree, "torch_versions": sorted(torches)})
     return out
 
 
-def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float) -> dict[str, list[float]]:
+def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float,
+                    weight_copy: bool = False) -> dict[str, list[float]]:
     """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them), the
-    reservation / demand of the pooled line of the others at each of its points in the calibration domain
-    (architectures whose rest has fewer than two dry-run peaks, or that have no point in the domain, are left out)."""
+    reservation / demand of the pooled line of the others (``weight_copy``: with each row's weight copy, as a
+    transfer prices it) at each of its points in the calibration domain (architectures whose rest has fewer than
+    two dry-run peaks, or that have no point in the domain, are left out)."""
     out = {}
     for a, rows in sorted(per_arch.items()):
         rest = [r for b, rs in per_arch.items() if b != a for r in rs]
         if len({r[0] for r in rest}) < 2:
             continue
-        line = calibration_line(rest, margin)
-        ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows
-                  if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
+        line = calibration_line(rest, margin, weight_copy=weight_copy)
+        ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0) / r[2]
+                  for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
         if ratios:
             out[a] = ratios
     return out
 
 
-def held_out_uncovered(per_arch: dict[str, list[tuple]], margin: float) -> list[str]:
+def held_out_uncovered(per_arch: dict[str, list[tuple]], margin: float, weight_copy: bool = False) -> list[str]:
     """The architectures of a class not shown covered by the pooled line of the others (:func:`held_out_ratios`):
     under-reserved at a point of the calibration domain, or with no held-out evidence (no point in the domain):
     what a transfer to an unmeasured architecture would risk. Why a condition of agreement beside the spread: the
     spread compares the lines at one dry-run peak, and on this CPU the fp32 conv3d encoders were within 1.10 there
     while LTX-Video, held out, was under-reserved at 0.80 (9-frame clips of 128x128)."""
-    ratios = held_out_ratios(per_arch, margin)
+    ratios = held_out_ratios(per_arch, margin, weight_copy)
     return [a for a in sorted(per_arch) if a not in ratios or min(ratios[a]) < 1]
 
 

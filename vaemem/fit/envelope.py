@@ -69,22 +69,26 @@ def fit_envelope(pixels: Sequence[float], demand: Sequence[float],
     return Line(float(slope), float(base), float(tile_slope))
 
 
-def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float]) -> list[float]:
+def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
+              offset: Sequence[float] | None = None) -> list[float]:
     """The same objective for any non-negative basis: coefficients ``c >= 0`` minimising
-    ``sum_i (sum_k c_k x_ki) / d_i`` subject to ``sum_k c_k x_ki >= d_i`` at every point. Columns are scaled to
-    unit maximum for the solver and the coefficients scaled back. Used by the calibration
+    ``sum_i (sum_k c_k x_ki + offset_i) / d_i`` subject to ``sum_k c_k x_ki + offset_i >= d_i`` at every point,
+    ``offset`` (bytes, default 0) a fixed part of each point's reservation that the coefficients do not scale (a
+    convolution's weight copy: :func:`vaemem.fit.coefficients.calibration_line`). Columns are scaled to unit
+    maximum for the solver and the coefficients scaled back. Used by the calibration
     ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base``."""
     import numpy as np
     from scipy.optimize import linprog
 
     y = np.asarray(demand, dtype=float)
     a = np.stack([np.asarray(c, dtype=float) for c in columns], axis=1)
-    if a.shape[0] != y.shape[0] or (y <= 0).any() or (a < 0).any():
-        raise VaememError("an envelope needs equal-length, non-negative columns and positive demands")
+    off = np.zeros_like(y) if offset is None else np.asarray(offset, dtype=float)
+    if a.shape[0] != y.shape[0] or off.shape != y.shape or (y <= 0).any() or (a < 0).any() or (off < 0).any():
+        raise VaememError("an envelope needs equal-length, non-negative columns and offsets and positive demands")
     scale = np.where(a.max(axis=0) > 0, a.max(axis=0), 1.0)
     a_s, y_s = a / scale, y / y.max()
-    res = linprog((a_s / y_s[:, None]).sum(axis=0), A_ub=-a_s, b_ub=-y_s, bounds=[(0, None)] * a.shape[1],
-                  method="highs")
+    res = linprog((a_s / y_s[:, None]).sum(axis=0), A_ub=-a_s, b_ub=-(y - off) / y.max(),
+                  bounds=[(0, None)] * a.shape[1], method="highs")
     if res.status != 0:
         raise VaememError(f"envelope fit failed: {res.message}")
     return [float(c) * float(y.max()) / float(s) for c, s in zip(res.x, scale)]

@@ -130,7 +130,10 @@ def parse_res(text: str) -> tuple[int, int]:
     if not m:
         raise VaememError(f"bad resolution {text!r}: write WIDTH or WIDTHxHEIGHT in pixels, e.g. 512 or 768x448")
     w = int(m.group(1))
-    return w, int(m.group(2)) if m.group(2) else w
+    h = int(m.group(2)) if m.group(2) else w
+    if not (w > 0 and h > 0):
+        raise VaememError(f"bad resolution {text!r}: width and height must be positive")
+    return w, h
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -132,6 +132,12 @@ def count_op_parameters(name: str, op: str) -> int:
     return sum(p.numel() for p in build_meta(get_spec(name), op).parameters())
 
 
+def largest_conv_parameters(name: str, op: str) -> int:
+    """The largest convolution weight (elements) of the half ``op`` runs, from a meta build."""
+    convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    return max((m.weight.numel() for m in build_meta(get_spec(name), op).modules() if isinstance(m, convs)), default=0)
+
+
 def attention_ops(name: str) -> tuple[str, ...]:
     """The ops of zoo model ``name`` whose half holds an attention module, from meta builds."""
     from vaemem.tracing.counter import is_attention

@@ -184,6 +184,34 @@ OP_PARAMETERS: dict[str, dict[str, int]] = {
 }
 
 
+# The largest convolution weight (elements) of the half each op runs, from meta builds: where oneDNN runs a
+# convolution it holds a reordered copy of the weight for the length of the call, which no dry run sees (on this
+# CPU LTX-2's 2048 -> 2048 x 3x3x3 convolution, 432 MiB in fp32, sets a 452-460 MiB demand at clips whose dry
+# runs are 6-102 MiB: campaign 15).
+# The transfer of a class line on such a backend adds the architecture's own copy (``vaemem.estimate``).
+LARGEST_CONV_PARAMETERS: dict[str, dict[str, int]] = {
+    "cogvideox": {"decode": 7_077_888, "encode": 7_077_888}, "cogview4": {"decode": 9_437_184, "encode": 9_437_184},
+    "flux1": {"decode": 2_359_296, "encode": 2_359_296}, "flux2": {"decode": 2_359_296, "encode": 2_359_296},
+    "hunyuanimage-2.1": {"decode": 37_748_736, "encode": 9_437_184},
+    "hunyuanvideo": {"decode": 7_077_888, "encode": 7_077_888},
+    "hunyuanvideo-1.5": {"decode": 226_492_416, "encode": 28_311_552},
+    "ltx-2": {"decode": 113_246_208, "encode": 113_246_208}, "ltx-2.3": {"decode": 113_246_208, "encode": 28_311_552},
+    "ltx-video": {"decode": 56_623_104, "encode": 7_077_888},
+    "ltx-video-0.9.5": {"decode": 113_246_208, "encode": 113_246_208},
+    "minimax-h3": {"decode": 576, "encode": 28_311_552}, "mochi": {"decode": 15_925_248, "encode": 3_981_312},
+    "qwen-image": {"decode": 3_981_312, "encode": 3_981_312}, "sana-dc-ae": {"decode": 9_437_184, "encode": 9_437_184},
+    "sd15": {"decode": 2_359_296, "encode": 2_359_296}, "sd3": {"decode": 2_359_296, "encode": 2_359_296},
+    "sdxl": {"decode": 2_359_296, "encode": 2_359_296}, "wan21": {"decode": 3_981_312, "encode": 3_981_312},
+    "wan22": {"decode": 28_311_552, "encode": 11_059_200},
+    "tiny-cogvideox": {"decode": 6_912, "encode": 6_912}, "tiny-dcae": {"decode": 8_192, "encode": 8_192},
+    "tiny-hunyuanimage": {"decode": 73_728, "encode": 36_864}, "tiny-hunyuanvideo": {"decode": 6_912, "encode": 6_912},
+    "tiny-hunyuanvideo-1.5": {"decode": 55_296, "encode": 6_912}, "tiny-kl": {"decode": 9_216, "encode": 9_216},
+    "tiny-ltx-2": {"decode": 110_592, "encode": 6_912}, "tiny-ltx-video": {"decode": 110_592, "encode": 27_648},
+    "tiny-minimax-h3": {"decode": 16, "encode": 6_912}, "tiny-mochi": {"decode": 27_648, "encode": 27_648},
+    "tiny-qwen-image": {"decode": 6_912, "encode": 6_912}, "tiny-wan": {"decode": 6_912, "encode": 6_912},
+}
+
+
 # Ops whose half holds an attention module (``vaemem.tracing.counter.is_attention``), from meta builds: where the
 # math attention path (no fused SDPA kernel) can change the peak, so the dry runs trace it. A test checks the
 # table against the builds. DC-AE's attention is linear (no score matrix): listed, and its math structure is flat.

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from vaemem import estimate
+from vaemem.errors import VaememError
 from vaemem.estimate import MIB
 from vaemem.fit.coefficients import Dataset, dry_of, request_of
 
@@ -21,7 +22,10 @@ def plot_groups(data: Dataset, coef: dict[str, Any], out_dir: Path, only: list[s
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise VaememError(f"--out {out_dir}: cannot make that directory ({e.strerror})") from None
     written = []
     for gid, (key, pts) in sorted(data.groups.items()):
         if only and gid not in only:

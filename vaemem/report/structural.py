@@ -17,7 +17,7 @@ from typing import Any
 from vaemem import estimate
 from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, calibration_line, dry_of, held_out_ratios, \
     request_of
-from vaemem.models.zoo import get_spec
+from vaemem.models.zoo import LARGEST_CONV_PARAMETERS, get_spec
 
 GOAL_MIN_SIZES = 4
 GOAL_MEDIAN, GOAL_MAX = 1.10, 1.25
@@ -31,7 +31,7 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
-    pixels)."""
+    pixels, weight copy bytes)."""
     out: dict[str, list[tuple]] = {}
     for gid, (key, pts) in sorted(data.groups.items()):
         kernel = get_spec(pts[0].point["model"]).kernel
@@ -39,9 +39,11 @@ def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]
             d = dry_of(p.point, key, structures)
             if d is not None:
                 single = get_spec(get_spec(p.point["model"]).architecture).is_video and p.point["frames"] == 1
+                copy = estimate.weight_copy_bytes(LARGEST_CONV_PARAMETERS[p.point["model"]][key["op"]],
+                                                  key["dtype"], key["conv_backend"])
                 out.setdefault(estimate.calibration_id(key, kernel), []).append(
                     (key["architecture"], gid, p, d[0], d[1], p.demand_bytes, single,
-                     p.point["width"] * p.point["height"]))
+                     p.point["width"] * p.point["height"], copy))
     return out
 
 
@@ -102,14 +104,15 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
     for cid, entries in sorted(_points(data, structures).items()):
         per_arch: dict[str, list[tuple]] = {}
         for e in entries:
-            per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7]))
+            per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7], e[8]))
         if len(per_arch) < 2:
             continue
         # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
         factor = {a: round(statistics.median(r[2] / r[0] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS)
                            if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
                            else statistics.median(r[2] / r[0] for r in rows), 3) for a, rows in per_arch.items()}
-        for x, ratios in held_out_ratios(per_arch, margin).items():
+        copies = data.groups[entries[0][1]][0]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
+        for x, ratios in held_out_ratios(per_arch, margin, copies).items():
             others = [factor[a] for a in per_arch if a != x]
             row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
                    **_stats(ratios), "demand_per_dry": factor[x], "others_demand_per_dry": [min(others), max(others)]}

@@ -174,6 +174,22 @@ def plan(points: Sequence[Point], runs: int, done: set[tuple[str, int]], force: 
     return [Task(p, r) for r in range(runs) for p in points if force or (p.key, r) not in done]
 
 
+def check_rig_name(points: Sequence[Point], out: Path, rig: str) -> None:
+    """Refuse a rig name that the output file's folder recorded on another CPU: the name labels one machine, and
+    campaigns 14 and 15 of this project ran on two AMD EPYCs under the name of the Intel Xeon of campaigns 2-13 (their
+    records said so; the names were put right by hand). A GPU's name needs torch: the worker records it."""
+    from vaemem.measuring.child.rig import _cpu_name
+
+    if not any(p.device_type == "cpu" for p in points) or not out.parent.is_dir():
+        return
+    here = _cpu_name()
+    for _, _, r in iter_records(sorted(out.parent.glob("*.jsonl")), skip_bad=True):
+        seen = r.get("rig") if r.get("device", "cpu") == "cpu" else None
+        if isinstance(seen, dict) and seen.get("name") == rig and seen.get("device_name") not in (None, here):
+            raise VaememError(f"rig {rig!r} is recorded in {out.parent} on a {seen['device_name']!r} CPU; this one is "
+                              f"{here!r}: give this machine a --rig of its own")
+
+
 def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: float,
                   devices: Sequence[int] | None, os: str | None = None) -> None:
     """Refuse bad sweep options before anything starts; ``os`` is this host's (default: detected): a CPU point's
@@ -190,8 +206,8 @@ def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: 
 
     if runs < 1:
         raise VaememError(f"--runs must be at least 1, got {runs}")
-    if timeout_s <= 0:
-        raise VaememError(f"--timeout must be positive, got {timeout_s}")
+    if not 0 < timeout_s < float("inf"):  # NaN too: no comparison holds
+        raise VaememError(f"--timeout must be a positive number of seconds, got {timeout_s}")
     if launcher not in LAUNCHERS:
         raise VaememError(f"unknown launcher {launcher!r}; choose one of: {', '.join(LAUNCHERS)}")
     if devices and any(p.device_type != "cuda" for p in points):
@@ -237,6 +253,7 @@ def measure(
         raise VaememError(f"a plan's budget must be a positive number of seconds, got {budget_s!r}")
     out = Path(out)
     check_out_path(out)
+    check_rig_name(points, out, rig)
     tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
     if on_plan:
         on_plan(tasks, history)

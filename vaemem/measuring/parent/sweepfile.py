@@ -121,6 +121,9 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
     """Every point of the sweep file at ``path`` for ``device`` (a plan carries its own device), validated."""
     path = Path(path)
     data = _parse(path)
+    if not isinstance(data, dict):
+        raise VaememError(f"{path}: not a sweep file (its top level must be a table of schema_version, runs and "
+                          f"[[grid]]s, or a plan)")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise VaememError(f"{path}: no integer schema_version (this vaemem reads 1 and {SWEEP_SCHEMA_VERSION})")
