@@ -34,7 +34,8 @@ order:
     each point's copy of its architecture's largest convolution weight, and prices ``weight_copy_factor`` x this
     architecture's copy on top: a copy is what one architecture's points cannot tell about another's;
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
-    dry(SD family))``, both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
+    dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the weight copy on a weight-copying
+    backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
 
@@ -215,10 +216,13 @@ def _layer(docs: list) -> dict:
     architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
     holds the most architectures (the first on a tie): it prices transfer, so the widest pool sets it."""
     out = {k: v for k, v in docs[-1].items() if not k.startswith("_")}
-    models, structures, groups = {}, {}, {}
+    out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
+    models: dict = {}
+    structures, groups = {}, {}
     calibrations: dict = {}
     for d in reversed(docs):
-        models.update(d["models"])
+        for name, m in d["models"].items():  # field by field: an older layer's entry keeps the fields it lacks
+            models[name] = {**models.get(name, {}), **m}
         structures.update(d.get("structures", {}))
         groups.update(d["_index"])
         for cid, c in d["_calib"].items():
@@ -465,9 +469,9 @@ def validate(data: object, source: str = "coefficients") -> dict:
             # a transfer on a weight-copying backend adds the copy of the op's largest convolution
             for op in OPS:
                 n = _field(_field(m, "largest_conv_parameters", w, "dict"), op, f"{w}.largest_conv_parameters",
-                           "int>=0")
-                _need(n <= m["parameters"], f"{w}.largest_conv_parameters.{op}",
-                      f"at most parameters ({m['parameters']})", n)
+                           "int>0")
+                _need(n <= m["op_parameters"][op], f"{w}.largest_conv_parameters.{op}",
+                      f"at most op_parameters.{op} ({m['op_parameters'][op]})", n)
         for name in ("refused", "refused_tiled"):
             if name in m:
                 _field(m, name, w, "dict")
@@ -517,8 +521,11 @@ def validate(data: object, source: str = "coefficients") -> dict:
             _check_line(line, f"{w}.architectures.{arch}")
         _check_line(_field(c, "class", w, "dict"), f"{w}.class")
         if "weight_copy_factor" in c["class"]:
-            _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS and version >= 5, f"{w}.class.weight_copy_factor",
-                  f"absent off {', '.join(WEIGHT_COPY_BACKENDS)} and below schema 5", c["class"]["weight_copy_factor"])
+            _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS, f"{w}.class.weight_copy_factor",
+                  f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}", c["class"]["weight_copy_factor"])
+        if version >= 5 and c["conv_backend"] in WEIGHT_COPY_BACKENDS:  # the copy is never less than itself
+            f = _field(c["class"], "weight_copy_factor", f"{w}.class", "num>=0")
+            _need(f >= 1, f"{w}.class.weight_copy_factor", "at least 1 (the copy itself, the margin on top)", f)
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
@@ -1057,7 +1064,7 @@ CAST = ("model", "op")  # the weights an app cast to the run dtype: the whole VA
 # The largest side priced or measured: a 4.3-gigapixel frame. Past it a tiled price's loop over the tiles would
 # take seconds a call (sizes from an app's untrusted input must not stall it), and no VAE runs there.
 MAX_SIDE = 65536
-MAX_FRAMES = 65537  # 45 minutes at 24 fps, 1 + 2^16 (a clip length of every class's 1 + step x k)
+MAX_FRAMES = 65537  # 45 minutes at 24 fps: 1 + 2^16, the longest clip of a 1 + 4k or 1 + 8k class (Mochi's: 65533)
 TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
 
 
@@ -1258,6 +1265,9 @@ class _Plan:
             self.own = self.calib["architectures"].get(arch)
             self.line = self.own if self.own is not None else self.calib["class"]
             if self.own is None and "weight_copy_factor" in self.line:
+                if "largest_conv_parameters" not in m:
+                    raise ValueError(f"this coefficient file's {model} has no largest_conv_parameters, which its "
+                                     f"{backend} class line adds; refit it with `vaemem fit`")
                 self.copy = weight_copy_bytes(m["largest_conv_parameters"][op], dtype, backend)
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
             return
@@ -1292,6 +1302,9 @@ class _Plan:
         if tiled and s is None and not self.image and structures.get(structure_key(arch, op, dtype, False)):
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
+        # a weight-copying backend's copy, which neither the legacy rule nor a dry run sees, with the file's margin
+        self.copy = int(weight_copy_bytes(m.get("largest_conv_parameters", {}).get(op, 0), dtype, backend)
+                        * (1 + coef.get("margin", 0.0)))
         ref = models.get(REFERENCE_MODEL)
         if ref is not None:
             rs = structures.get(structure_key(ref["architecture"], op, dtype, tiled))
@@ -1367,10 +1380,10 @@ class _Plan:
         if sliced:
             floor = int(floor * dry / one)
             ref = ref * dry / one
-        if not ref:
-            return floor + self.cast_bytes, 0, dry, floor, "", 0.0
-        env = max(int(floor * dry / ref), int(FALLBACK_MIN_DRY_FACTOR * dry))
-        return (env if env > floor else floor) + self.cast_bytes, env, dry, floor, "", ref
+        env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
+        if env < floor:
+            env = floor
+        return env + self.copy + self.cast_bytes, env + self.copy, dry, floor, "", ref
 
 
     def _attention_on_top(self, w: int, h: int, b: int, f: int, t: object) -> int:
@@ -1589,12 +1602,14 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
-    if ref:  # the fallback scaled by the dry runs
+    scaled = env - plan.copy  # the rule before the weight copy
+    if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
+            (not ref or scaled > floor * dry / ref):
+        reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB (the seeds' "
+                  f"lowest demand / dry run), above the legacy rule" + (f" x {dry / ref:.2f}" if ref else ""))
+    elif ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
-        if env == int(FALLBACK_MIN_DRY_FACTOR * dry) and env > floor * ratio:
-            reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB, "
-                      f"above the legacy rule x {ratio:.2f} (the seeds' lowest demand / dry run)")
-        elif ratio > 1:
+        if ratio > 1:
             reason = (f"platform not measured: legacy rule x {ratio:.2f} (dry-run peak {dry / MIB:.0f} MiB against "
                       f"{ref / MIB:.0f} MiB of the SD family)")
         else:
@@ -1602,6 +1617,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     else:
         reason = "platform not measured: legacy rule (no dry-run structure" + \
                  (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
+    if plan.copy:
+        reason += f" + the copy of its largest convolution's weight on {backend}, {plan.copy / MIB:.0f} MiB with the margin"
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 

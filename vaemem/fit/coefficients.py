@@ -460,6 +460,8 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             continue
         pooled = [r for a in archs for r in per_arch[a]]
         ref = statistics.median(r[0] for r in pooled)
+        # each own line's factor at the class's median dry run, its copy included (a line that is mostly its copy
+        # there has no factor left to compare): the spread says how far the architectures are apart as measured
         factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS) / ref for ln in archs.values()]
         spread = max(factors) / min(factors)
         copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS

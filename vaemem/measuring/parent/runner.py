@@ -9,6 +9,7 @@ recorded as ``skipped-after-oom`` without running.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import queue
 import signal
 import subprocess
@@ -183,7 +184,8 @@ def check_rig_name(points: Sequence[Point], out: Path, rig: str) -> None:
     if not any(p.device_type == "cpu" for p in points) or not out.parent.is_dir():
         return
     here = _cpu_name()
-    for _, _, r in iter_records(sorted(out.parent.glob("*.jsonl")), skip_bad=True):
+    files = [f for f in sorted(out.parent.glob("*.jsonl")) if f.is_file() and os.access(f, os.R_OK)]
+    for _, _, r in iter_records(files, skip_bad=True):
         seen = r.get("rig") if r.get("device", "cpu") == "cpu" else None
         if isinstance(seen, dict) and seen.get("name") == rig and seen.get("device_name") not in (None, here):
             raise VaememError(f"rig {rig!r} is recorded in {out.parent} on a {seen['device_name']!r} CPU; this one is "
