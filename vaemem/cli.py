@@ -146,13 +146,12 @@ def measure(
         # where file locks are not to be trusted; resume, fit and report read every file of the folder
         default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
         out_path = out or default_path("measurements") / default_name
-        from vaemem.measuring.parent.runner import check_options, check_rig_name
+        from vaemem.measuring.parent.runner import check_options
         from vaemem.measuring.parent.store import check_out_path
 
         # before the plan or the bar: a bad option or output file is one line, and nothing starts
         check_options(points, runs, launcher or default_launcher(), timeout, gpu_list)
         check_out_path(out_path)
-        check_rig_name(points, out_path, rig_name)
         if dry_run:
             from vaemem.measuring.parent.runner import sweep_plan
 

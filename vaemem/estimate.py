@@ -806,7 +806,7 @@ def frame_terms(c: tuple, frames: int) -> tuple[float, float, float]:
         return a_[0], q_[0], b_[0]
     lin = (a_[i - 1] + (a_[i] - a_[i - 1]) * u, q_[i - 1] + (q_[i] - q_[i - 1]) * u,
            b_[i - 1] + (b_[i] - b_[i - 1]) * u)
-    out = c[6] if len(c) > 6 else ()
+    out = c[6]  # the output's bytes per pixel per knot (empty where the structure lacks them)
     if frames > knots[-1] and len(out) == n >= 2:
         grown = out[-2] + (out[-1] - out[-2]) * u  # the output clip's bytes per pixel, extrapolated
         a = max(lin[0], a_[-1] + grown - out[-1], 2 * grown)
@@ -1173,6 +1173,15 @@ def _model(coef: dict, model: object) -> dict:
     return m
 
 
+def _check_runs(model: str, m: dict, op: str, tiled: bool) -> None:
+    """ValueError where ``model`` (its file entry ``m``) refuses ``op``, or refuses it tiled (pricing and
+    :func:`dry_run_bytes`)."""
+    if op not in m.get("ops", OPS):
+        raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
+    if tiled and op in m.get("refused_tiled", {}):
+        raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
+
+
 def _check_op(op: str, dtype: str, attention: str) -> None:
     """The op, dtype and attention path of a request name valid choices (pricing and :func:`dry_run_bytes`)."""
     for name, v in (("op", op), ("dtype", dtype), ("attention", attention)):
@@ -1202,10 +1211,7 @@ class _Plan:
             raise ValueError(f"slicing must be True or False, got {slicing!r}")
         models = coef["models"]
         m = _model(coef, model)
-        if op not in m.get("ops", OPS):
-            raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
-        if tiled and op in m.get("refused_tiled", {}):
-            raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
+        _check_runs(model, m, op, tiled)
         self.model, self.m = model, m
         self.factor = m["spatial_factor"]
         self.image = m["temporal_factor"] is None
@@ -1259,7 +1265,8 @@ class _Plan:
         self.group = coef["_index"].get(group_id(key))
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = None
         self.arch_video = False
-        self.copy = 0  # a transfer's weight copy (bytes): the class line's weight_copy_factor prices it
+        self.copy = 0  # the weight copy (bytes): a transfer's line scales it by weight_copy_factor, the fallback's
+        # is set with the margin below
         if s is not None and self.calib is not None:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
@@ -1450,10 +1457,7 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     _check_op(op, dtype, attention)
     coef = _doc(coef)
     m = _model(coef, model)
-    if op not in m.get("ops", OPS):
-        raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
-    if tile is not None and op in m.get("refused_tiled", {}):
-        raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
+    _check_runs(model, m, op, tile is not None)
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     problem = geometry_error(model, m["spatial_factor"], width, height,

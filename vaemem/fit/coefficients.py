@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id  # the estimator owns the
-# key, the line and the schema
+# the estimator owns the key, the line, the weight copy and the schema
+from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, weight_copy_bytes
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -430,12 +430,21 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     return line
 
 
+def copy_bytes(point: dict[str, Any], key: dict[str, Any]) -> int:
+    """The weight copy a measured point's platform holds (:func:`vaemem.estimate.weight_copy_bytes` of its model's
+    largest convolution): a calibration row's sixth field."""
+    from vaemem.models.zoo import LARGEST_CONV_PARAMETERS
+
+    return weight_copy_bytes(LARGEST_CONV_PARAMETERS[point["model"]][key["op"]], key["dtype"],
+                             key["conv_backend"])
+
+
 def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
     """Per platform and kernel class: one calibration line per measured architecture and one pooled over the
     class (see :mod:`vaemem.estimate`). Points whose architecture has no structure for them are left out (they
     keep their pixel line)."""
     from vaemem import estimate as est
-    from vaemem.models.zoo import LARGEST_CONV_PARAMETERS, get_spec
+    from vaemem.models.zoo import get_spec
 
     buckets: dict[str, tuple[dict[str, Any], str, dict[str, list], set[str]]] = {}
     for gid, (key, pts) in sorted(data.groups.items()):
@@ -447,10 +456,8 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
             single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
-            copy = est.weight_copy_bytes(LARGEST_CONV_PARAMETERS[p.point["model"]][key["op"]], key["dtype"],
-                                         key["conv_backend"])
             entry[2].setdefault(key["architecture"], []).append(
-                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"], copy))
+                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"], copy_bytes(p.point, key)))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):

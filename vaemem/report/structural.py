@@ -15,9 +15,9 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, calibration_line, dry_of, held_out_ratios, \
-    request_of
-from vaemem.models.zoo import LARGEST_CONV_PARAMETERS, get_spec
+from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, calibration_line, copy_bytes, dry_of, \
+    held_out_ratios, request_of
+from vaemem.models.zoo import get_spec
 
 GOAL_MIN_SIZES = 4
 GOAL_MEDIAN, GOAL_MAX = 1.10, 1.25
@@ -39,11 +39,9 @@ def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]
             d = dry_of(p.point, key, structures)
             if d is not None:
                 single = get_spec(get_spec(p.point["model"]).architecture).is_video and p.point["frames"] == 1
-                copy = estimate.weight_copy_bytes(LARGEST_CONV_PARAMETERS[p.point["model"]][key["op"]],
-                                                  key["dtype"], key["conv_backend"])
                 out.setdefault(estimate.calibration_id(key, kernel), []).append(
                     (key["architecture"], gid, p, d[0], d[1], p.demand_bytes, single,
-                     p.point["width"] * p.point["height"], copy))
+                     p.point["width"] * p.point["height"], copy_bytes(p.point, key)))
     return out
 
 

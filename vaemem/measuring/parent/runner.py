@@ -9,7 +9,6 @@ recorded as ``skipped-after-oom`` without running.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import queue
 import signal
 import subprocess
@@ -161,6 +160,7 @@ def sweep_plan(points: Sequence[Point], out: Path, rig: str, runs: int, force: b
                retry_failed: bool = False) -> tuple[list[Task], list[dict[str, Any]]]:
     """The runs a sweep would do after resume, and the history it read (one read of the folder)."""
     history = read_history(out)
+    check_rig_name(points, rig, history)
     done = set() if force else recorded_runs(out, rig, retry_failed, history)
     return plan(points, runs, done, force), history
 
@@ -175,21 +175,21 @@ def plan(points: Sequence[Point], runs: int, done: set[tuple[str, int]], force: 
     return [Task(p, r) for r in range(runs) for p in points if force or (p.key, r) not in done]
 
 
-def check_rig_name(points: Sequence[Point], out: Path, rig: str) -> None:
-    """Refuse a rig name that the output file's folder recorded on another CPU: the name labels one machine, and
+def check_rig_name(points: Sequence[Point], rig: str, history: list[dict[str, Any]]) -> None:
+    """Refuse a rig name that the output file's folder (its ``history``, :func:`read_history`) recorded on another
+    CPU: the name labels one machine, and
     campaigns 14 and 15 of this project ran on two AMD EPYCs under the name of the Intel Xeon of campaigns 2-13 (their
     records said so; the names were put right by hand). A GPU's name needs torch: the worker records it."""
     from vaemem.measuring.child.rig import _cpu_name
 
-    if not any(p.device_type == "cpu" for p in points) or not out.parent.is_dir():
+    if not any(p.device_type == "cpu" for p in points):
         return
     here = _cpu_name()
-    files = [f for f in sorted(out.parent.glob("*.jsonl")) if f.is_file() and os.access(f, os.R_OK)]
-    for _, _, r in iter_records(files, skip_bad=True):
+    for r in history:
         seen = r.get("rig") if r.get("device", "cpu") == "cpu" else None
         if isinstance(seen, dict) and seen.get("name") == rig and seen.get("device_name") not in (None, here):
-            raise VaememError(f"rig {rig!r} is recorded in {out.parent} on a {seen['device_name']!r} CPU; this one is "
-                              f"{here!r}: give this machine a --rig of its own")
+            raise VaememError(f"rig {rig!r} is recorded beside the output file on a {seen['device_name']!r} CPU; "
+                              f"this one is {here!r}: give this machine a --rig of its own")
 
 
 def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: float,
@@ -255,7 +255,6 @@ def measure(
         raise VaememError(f"a plan's budget must be a positive number of seconds, got {budget_s!r}")
     out = Path(out)
     check_out_path(out)
-    check_rig_name(points, out, rig)
     tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
     if on_plan:
         on_plan(tasks, history)
