@@ -1,5 +1,6 @@
 """Campaign 15: architectures never measured on this CPU, priced by transfer before they were measured, against
-what they needed, beside the transfer of the committed fit (the class line of the others, with the weight copy).
+what they needed, beside the transfer of the committed fit (the class line of the others, with the convolution
+transients: `vaemem.estimate.conv_transient_bytes`).
 
     python benchmarks/transfer_check.py            # reads fits/campaign15-prices-before.json and the campaign
 

@@ -183,14 +183,16 @@ def test_a_tile_past_the_structures_largest_is_refused_and_skipped():
 
 
 def test_the_reason_states_every_term_it_adds():
-    """The packaged sd15 bf16 decode line has a per-sample term: the reason's terms add up to the price."""
+    """The packaged sd15 bf16 decode line has a per-sample term and, on oneDNN, the copy of the largest
+    convolution's weight: the reason's terms add up to the price."""
     e = est.explain("sd15", "decode", 512, 512, batch=2, dtype="bf16", backend="onednn", allocator="glibc-fixed",
                     os="linux")
-    m = re.search(r"([\d.]+) x dry-run peak (\d+) MiB \+ ([\d.]+) x one sample's (\d+) MiB \+ (\d+) MiB",
-                  e.reason)
+    m = re.search(r"([\d.]+) x dry-run peak (\d+) MiB \+ ([\d.]+) x one sample's (\d+) MiB \+ (\d+) MiB \+ "
+                  r"([\d.]+) x the copy of its largest convolution's weight, (\d+) MiB", e.reason)
     assert m, e.reason
-    a, dry, p, dry1, base = map(float, m.groups())
-    assert a * dry + p * dry1 + base == pytest.approx(e.bytes / MIB, abs=2)
+    a, dry, p, dry1, base, c, copy = map(float, m.groups())
+    assert c >= 1 and copy > 0
+    assert a * dry + p * dry1 + base + c * copy == pytest.approx(e.bytes / MIB, abs=2)
 
 
 def test_transfer_prices_an_unmeasured_architecture_by_the_class_line_and_says_if_unverified():
@@ -319,7 +321,7 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
     assert est.working_memory_bytes("sdxl", "decode", 512, 512, **kw) == first
     est.clear_cache()
     path.write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
-    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-5\)"):
+    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-6\)"):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
@@ -489,30 +491,53 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
 ]
 
 
-def test_a_transfer_on_onednn_adds_the_architectures_own_weight_copy():
-    """CogVideoX's untiled fp32 decode is not measured on these CPUs: it transfers the conv3d class line at its
-    dry-run peak plus the class line's weight_copy_factor x the copy of its largest convolution (7,077,888
-    elements, 27 MiB in fp32); the aten (reference-path) bf16 calibration copies nothing."""
+def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
+    """CogVideoX's untiled fp32 decode is not measured on these CPUs: it transfers the conv3d class line (fitted
+    less each point's transient) at its dry-run peak plus the class line's weight_copy_factor x the transient of
+    this request by its structure's laws (:func:`est.conv_transient_bytes`); in bf16 on oneDNN the copy of its
+    largest convolution (7,077,888 elements); the aten (reference-path) bf16 calibration adds nothing."""
     from vaemem.models.zoo import LARGEST_CONV_PARAMETERS
 
     doc = est.load(COMMITTED)
     kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
     e = est.explain("cogvideox", "decode", 320, 192, **kw)
-    assert e.source == "transfer" and "the copy of its largest convolution's weight, 27 MiB" in e.reason
+    assert e.source == "transfer" and "what a convolution holds at this size" in e.reason
     (calib,) = [c for c in doc["calibrations"] if c["calibration"] == e.group]
     line, dry = calib["class"], est.dry_run_bytes(None, "cogvideox", "decode", 320, 192, dtype="fp32", frames=9)
-    copy = LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 4
-    assert copy == 27 * MIB and line["weight_copy_factor"] == 1 + doc["margin"]
+    s = doc["structures"]["cogvideox/decode/fp32/untiled"]
+    transient = est.conv_transient_bytes(doc["models"]["cogvideox"], s, "decode", "fp32", "onednn", 320, 192, 1, 9,
+                                         False)
+    assert transient > 0 and f"{transient / MIB:.0f} MiB" in e.reason
+    assert line["weight_copy_factor"] == 1 + doc["margin"]
     assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, dry, dry, False, 320 * 192)
-                          + line["weight_copy_factor"] * copy)
+                          + line["weight_copy_factor"] * transient)
+    assert est.conv_transient_bytes(doc["models"]["cogvideox"], s, "decode", "bf16", "onednn", 320, 192, 1, 9,
+                                    False) == LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 2
     assert all("weight_copy_factor" not in c["class"] for c in doc["calibrations"] if c["conv_backend"] == "aten")
-    assert all("weight_copy_factor" not in ln for c in doc["calibrations"] for ln in c["architectures"].values())
+    # an own line says how it was fitted: 0 on the whole demand, else less the transients, which it adds
+    own = {(c["calibration"], a): ln["weight_copy_factor"] for c in doc["calibrations"] if c["conv_backend"] == "onednn"
+           for a, ln in c["architectures"].items()}
+    assert set(own.values()) == {0.0, 1 + doc["margin"]}
+    assert own[("conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled", "ltx-2")] == 1 + doc["margin"]
+
+
+def test_an_own_line_less_the_transients_prices_across_the_kernel_switch():
+    """LTX-2's fp32 decode copies its 432 MiB weight at 128x128 x 9 frames and not at 128x128 x 1 (torch's rule
+    reads 24576 and 18432 elements of its input): its own line, fitted less the transients, adds the copy at the
+    one and not at the other, and covers both measured demands (452.0 and 32.4 MiB)."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    one, nine = (est.explain("ltx-2", "decode", 128, 128, frames=f, **kw) for f in (1, 9))
+    assert one.source == nine.source == "measured"
+    assert "432 MiB" in nine.reason and "432 MiB" not in one.reason
+    assert 32.4 * MIB <= one.bytes < 100 * MIB and 452.0 * MIB <= nine.bytes < 1.3 * 452.0 * MIB
 
 
 def test_weight_copy_fields_are_validated(tmp_path):
     doc = json.loads(COMMITTED.read_text())
     i = next(i for i, c in enumerate(doc["calibrations"]) if "weight_copy_factor" in c["class"])
     j = next(j for j, c in enumerate(doc["calibrations"]) if c["conv_backend"] == "aten")
+    k = next(k for k, c in enumerate(doc["calibrations"])
+             if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled")
     for mutate, message in [
         (lambda d: d["calibrations"][i]["class"].__setitem__("weight_copy_factor", -1.05),
          f"calibrations[{i}].class.weight_copy_factor must be a non-negative number"),
@@ -528,6 +553,11 @@ def test_weight_copy_fields_are_validated(tmp_path):
          f"calibrations[{i}].class.weight_copy_factor is missing"),
         (lambda d: d["calibrations"][i]["class"].__setitem__("weight_copy_factor", 0.5),
          f"calibrations[{i}].class.weight_copy_factor must be at least 1"),
+        (lambda d: d["calibrations"][k]["architectures"]["ltx-2"].__delitem__("weight_copy_factor"),
+         f"calibrations[{k}].architectures.ltx-2.weight_copy_factor is missing"),
+        (lambda d: d["calibrations"][k]["architectures"]["ltx-2"].__setitem__("weight_copy_factor", 0.5),
+         f"calibrations[{k}].architectures.ltx-2.weight_copy_factor must be 0 (fitted on the whole demand) or at "
+         f"least 1"),
     ]:
         bad = json.loads(json.dumps(doc))
         mutate(bad)
@@ -538,7 +568,14 @@ def test_weight_copy_fields_are_validated(tmp_path):
     for m in old["models"].values():
         del m["largest_conv_parameters"]
     for c in old["calibrations"]:
-        c["class"].pop("weight_copy_factor", None)
+        for line in (c["class"], *c["architectures"].values()):
+            line.pop("weight_copy_factor", None)
+    five = json.loads(json.dumps(doc))  # schema 5: own lines without the factor (fitted on the whole demand)
+    five["schema_version"] = 5
+    for c in five["calibrations"]:
+        for line in c["architectures"].values():
+            line.pop("weight_copy_factor", None)
+    assert est.validate(five, "c.json")
     e = est.explain("cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn",
                     allocator="glibc-fixed", os="linux", coefficients=old)
     assert e.source == "transfer" and "copy" not in e.reason

@@ -237,7 +237,7 @@ def trace(
         if jobs < 1:
             raise VaememError(f"--jobs must be 1 or more, got {jobs}")
         doc = tc.read_cache(record_to) if record_to is not None and record_to.exists() else None
-        done = set(doc["entries"]) if zoo and doc is not None else set()
+        done = {k for k, e in doc["entries"].items() if tc.complete(e)} if zoo and doc is not None else set()
         results = []
         for r in trace_many([s for s in specs if s.key not in done], cfg, jobs):  # a resumed --zoo skips the cached
             results.append(r)

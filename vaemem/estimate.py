@@ -30,11 +30,14 @@ order:
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
     line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
     (factors within 15 %, and each, held out, covered by the others' line) or the transfer is unverified. On a
-    backend that copies a convolution's weight (``WEIGHT_COPY_BACKENDS``) the pooled line is fitted on demand less
-    each point's copy of its architecture's largest convolution weight, and prices ``weight_copy_factor`` x this
-    architecture's copy on top: a copy is what one architecture's points cannot tell about another's;
+    backend that holds convolution transients no dry run sees (``WEIGHT_COPY_BACKENDS``: oneDNN's copy of a
+    weight, or torch's im2col buffer where oneDNN does not run the convolution, :func:`conv_transient_bytes`)
+    the pooled line is fitted on demand less each point's transient, and prices ``weight_copy_factor`` x this
+    request's transient on top: a transient is what one architecture's points cannot tell about another's (an
+    architecture's own line there is fitted the same way, unless the line on its whole demand reserves less at
+    its worst point: ``weight_copy_factor`` 0);
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
-    dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the weight copy on a weight-copying
+    dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the convolution transient on such a
     backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
@@ -71,8 +74,11 @@ from collections.abc import Callable
 # would refuse as damaged; a file of 3 is one of 4 without them, so it stays readable.
 # 5: a class line on a weight-copying backend carries weight_copy_factor and the models their largest convolution,
 # which a reader of 4 would ignore (under-pricing a transfer); a file of 4 is one of 5 without them.
-SCHEMA_VERSION = 5
-READABLE_SCHEMAS = (3, 4, 5)
+# 6: an own line on a weight-copying backend carries weight_copy_factor too (0: fitted on the whole demand), and an
+# untiled fp32 structure conv_transients, which a reader of 5 would ignore on own lines (under-pricing where a
+# convolution's path switches); a file of 5 is one of 6 whose own lines are all fitted on the whole demand.
+SCHEMA_VERSION = 6
+READABLE_SCHEMAS = (3, 4, 5, 6)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -80,9 +86,13 @@ PLATFORM_KEYS = ("conv_backend", "allocator", "dtype", "os", "op", "tiled")
 AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio (and
 # each, held out, is covered by the line of the others: ``vaemem.fit.coefficients.held_out_uncovered``)
 # Conv backends that hold a reordered copy of a convolution's weight for the length of the call (oneDNN's blocked
-# formats: ``benchmarks/cpu_conv_transients.py``), bytes no dry run sees. Their class lines are fitted on demand
-# less each point's copy and price a transfer with the architecture's own copy added (:func:`weight_copy_bytes`).
+# formats: ``benchmarks/cpu_conv_transients.py``), or torch's im2col buffer where they do not run it, bytes no dry
+# run sees. Their lines are fitted on demand less each point's transient and price a request with its own added
+# (:func:`conv_transient_bytes`).
 WEIGHT_COPY_BACKENDS = ("onednn",)
+# torch's use_mkldnn: an fp32 convolution of batch 1, groups 1 and a kernel of at most 3 in an inner dim runs on
+# oneDNN only where N x C x its input's next two dims exceed this (else im2col): :func:`conv_transient_elements`
+ONEDNN_MIN_ELEMENTS = 20480
 # The fallback never reserves less than this x the dry-run peak: the lowest demand / dry run of the seeds' GPU
 # platforms (structure.md: 1.55 for SDXL fp16 on MIOpen). Why: the legacy rule prices a tiled op by one tile and
 # misses the assembly of the output, which grows with the image (SDXL bf16 decode at 4096 px with 256 px tiles:
@@ -387,6 +397,19 @@ def _check_structure(s: dict, where: str) -> None:
               f"{len(knots)} non-negative numbers", o)
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
+    if "conv_transients" in s:
+        convs = _field(s, "conv_transients", where, "list")
+        law = lambda k: isinstance(k, list) and len(k) == 3 and all(_num(x) for x in k)  # noqa: E731
+        _need(bool(convs) and all(isinstance(c, list) and len(c) == 4 and type(c[0]) is int and c[0] > 0
+                                  and type(c[1]) is int and c[1] in (3, 4, 5)
+                                  and isinstance(c[2], list) and len(c[2]) == len(knots)
+                                  and all(k is None or law(k) for k in c[2])
+                                  and isinstance(c[3], list) and len(c[3]) == len(knots) and all(law(k) for k in c[3])
+                                  for c in convs)
+              and [c[0] for c in convs] == sorted((c[0] for c in convs), reverse=True),
+              f"{where}.conv_transients", f"lists of [weight elements > 0, input rank 3-5, {len(knots)} rule laws "
+              f"(null: always on oneDNN, or [a, b, c]), {len(knots)} im2col laws [a, b, c]], the heaviest weight "
+              f"first", convs)
     if "upper" in s:
         up = _field(s, "upper", where, "dict")
         _field(up, "area_from", f"{where}.upper", "int>0")
@@ -520,12 +543,19 @@ def validate(data: object, source: str = "coefficients") -> dict:
         for arch, line in _field(c, "architectures", w, "dict").items():
             _check_line(line, f"{w}.architectures.{arch}")
         _check_line(_field(c, "class", w, "dict"), f"{w}.class")
-        if "weight_copy_factor" in c["class"]:
-            _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS, f"{w}.class.weight_copy_factor",
-                  f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}", c["class"]["weight_copy_factor"])
+        lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
+        for name, line in lines.items():
+            if "weight_copy_factor" in line:
+                _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS, f"{w}.{name}.weight_copy_factor",
+                      f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}", line["weight_copy_factor"])
         if version >= 5 and c["conv_backend"] in WEIGHT_COPY_BACKENDS:  # the copy is never less than itself
             f = _field(c["class"], "weight_copy_factor", f"{w}.class", "num>=0")
             _need(f >= 1, f"{w}.class.weight_copy_factor", "at least 1 (the copy itself, the margin on top)", f)
+            # from 6 an own line says whether it was fitted on what the transients leave (>= 1) or not (0)
+            for name, line in lines.items() if version >= 6 else ():
+                f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
+                _need(f == 0 or f >= 1, f"{w}.{name}.weight_copy_factor", "0 (fitted on the whole demand) or at "
+                      "least 1 (on what the convolutions' transients leave, which it adds)", f)
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
@@ -1203,6 +1233,7 @@ class _Plan:
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy")
+    # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
                  allocator: str, os: str, tiled: bool, cast: str, attention: str, slicing: bool) -> None:
@@ -1265,17 +1296,18 @@ class _Plan:
         self.group = coef["_index"].get(group_id(key))
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = None
         self.arch_video = False
-        self.copy = 0  # the weight copy (bytes): a transfer's line scales it by weight_copy_factor, the fallback's
-        # is set with the margin below
+        self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
+        # weight_copy_factor, the fallback adds it with the margin
+        copy_s = structures.get(structure_key(arch, op, "fp32", False))
         if s is not None and self.calib is not None:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
             self.line = self.own if self.own is not None else self.calib["class"]
-            if self.own is None and "weight_copy_factor" in self.line:
+            if self.line.get("weight_copy_factor"):
                 if "largest_conv_parameters" not in m:
                     raise ValueError(f"this coefficient file's {model} has no largest_conv_parameters, which its "
-                                     f"{backend} class line adds; refit it with `vaemem fit`")
-                self.copy = weight_copy_bytes(m["largest_conv_parameters"][op], dtype, backend)
+                                     f"{backend} line adds; refit it with `vaemem fit`")
+                self.copy = (copy_s, 1.0, op, dtype, backend)
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
             return
         if self.group is not None:
@@ -1310,8 +1342,8 @@ class _Plan:
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
         # a weight-copying backend's copy, which neither the legacy rule nor a dry run sees, with the file's margin
-        self.copy = int(weight_copy_bytes(m.get("largest_conv_parameters", {}).get(op, 0), dtype, backend)
-                        * (1 + coef.get("margin", 0.0)))
+        if backend in WEIGHT_COPY_BACKENDS and "largest_conv_parameters" in m:
+            self.copy = (copy_s, 1 + coef.get("margin", 0.0), op, dtype, backend)
         ref = models.get(REFERENCE_MODEL)
         if ref is not None:
             rs = structures.get(structure_key(ref["architecture"], op, dtype, tiled))
@@ -1376,9 +1408,10 @@ class _Plan:
                              self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
                              None if self.up is None else
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
+        copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
             env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h,  # type: ignore
-                                        self.copy))
+                                        copy))
             return env + self.cast_bytes, env, dry, 0, "", 0.0
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
@@ -1390,8 +1423,15 @@ class _Plan:
         env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
         if env < floor:
             env = floor
-        return env + self.copy + self.cast_bytes, env + self.copy, dry, floor, "", ref
+        return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref
 
+    def copy_at(self, w: int, h: int, b: int, f: int, t: object) -> int:
+        """The weight copy of a request (batch ``b`` per call), the fallback's with the margin: 0 where none is
+        priced (:func:`conv_transient_bytes`)."""
+        if self.copy is None:
+            return 0
+        s, mult, op, dtype, backend = self.copy
+        return int(conv_transient_bytes(self.m, s, op, dtype, backend, w, h, b, f, t is not None) * mult)
 
     def _attention_on_top(self, w: int, h: int, b: int, f: int, t: object) -> int:
         """Where no fused structure covers a math-path request (a pixel line, the legacy rule), the attention
@@ -1506,6 +1546,58 @@ def weight_copy_bytes(largest_conv_parameters: int, dtype: str, backend: str) ->
     return largest_conv_parameters * ELEMENT_SIZE[dtype] if backend in WEIGHT_COPY_BACKENDS else 0
 
 
+def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames: int) -> tuple[int, float]:
+    """(weight elements copied, im2col elements held): the largest of either that one convolution of an untiled
+    fp32 request holds beyond the live tensors, by torch 2.13's ``use_mkldnn`` rule on its input. oneDNN runs it
+    where N > 1, groups > 1 or a kernel larger than 3 in both inner dims (None at a knot), or where N x C x the
+    next two dims pass ``ONEDNN_MIN_ELEMENTS``, and holds a reordered copy of the weight; else torch's own path
+    runs it and holds an im2col buffer (input channels x kernel x output positions). The transient is the larger
+    of the two bytes, so the caller compares them; this returns the heaviest copied weight and the largest
+    buffer. ``s["conv_transients"]`` lists, heaviest weight first, each convolution's input rank, its rule's
+    elements per knot as ``a x U + b x (width + height) / 2 + c`` (U: the frame's pixels for a 2-D input, its
+    height for a 3-D one, whose width the rule does not read) and its buffer's elements in the same form in
+    pixels. Between knots linear in frames, past the last along its last segment (exact where a clip runs whole,
+    as LTX's, and in equal chunks, as Wan's); a knot that always copies makes its segments copy. ``batch``:
+    samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN."""
+    convs = s["conv_transients"]
+    if batch > 1:
+        return convs[0][0], 0.0
+    i, u = _segment(s["knots"], frames)
+    j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
+    pixels, half_perimeter = width * height, (width + height) / 2
+    copied, columns = 0, 0.0
+    for w, rank, rule, cols in convs:
+        lo, hi = rule[j], rule[i]
+        if lo is None or hi is None:
+            fires = True
+        else:
+            a, b, c = (x + (y - x) * u for x, y in zip(lo, hi))
+            fires = a * (height if rank == 5 else pixels) + b * half_perimeter + c > ONEDNN_MIN_ELEMENTS
+        if fires:
+            copied = max(copied, w)
+        else:
+            lo, hi = cols[j], cols[i]
+            a, b, c = (x + (y - x) * u for x, y in zip(lo, hi))
+            columns = max(columns, a * pixels + b * half_perimeter + c)
+    return copied, columns
+
+
+def conv_transient_bytes(m: dict, s: dict | None, op: str, dtype: str, backend: str, width: int, height: int,
+                         batch: int, frames: int, tiled: bool) -> int:
+    """Bytes a convolution holds beyond the live tensors at a request of model ``m`` (a coefficient file's entry)
+    on ``backend``, ``s`` its untiled fp32 structure: where the request is untiled fp32 and ``s`` lists its
+    convolutions, the larger of the heaviest weight oneDNN copies and the largest im2col buffer
+    (:func:`conv_transient_elements`); else the copy of the op's largest convolution weight (a half-precision
+    convolution runs on oneDNN at any size; a tiled request is priced with the largest). 0 off
+    ``WEIGHT_COPY_BACKENDS``."""
+    if backend not in WEIGHT_COPY_BACKENDS:
+        return 0
+    if dtype == "fp32" and not tiled and s is not None and "conv_transients" in s:
+        copied, columns = conv_transient_elements(s, width, height, batch, frames)
+        return int(max(copied, columns) * ELEMENT_SIZE[dtype])
+    return weight_copy_bytes(m["largest_conv_parameters"][op], dtype, backend)
+
+
 def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> tuple[dict, float]:
     """(the line that prices, its bytes): :func:`calibration_bytes`, saying which line it took."""
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
@@ -1555,6 +1647,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                         "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
                         e.pixels)
     pixels = int(width) * int(height) * int(batch) * int(frames)
+    copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)
     cast_note = ""
     if attention == "math":
         cast_note = ("; math attention path: no attention module in this op, so the same as fused"
@@ -1584,6 +1677,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             reason = (f"measured on this platform ({own['n_points']} points{where}): "
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, dry / int(batch), single))
+            if copy:
+                reason += f" + {own['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB"
             if dry > line["dry_bytes_max"]:
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,
@@ -1597,16 +1692,16 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
                   f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _line_terms(line, dry, dry / int(batch), plan.arch_video and int(frames) == 1))
-        if plan.copy:
-            reason += (f" + {calib['class']['weight_copy_factor']:.2f} x the copy of its largest convolution's "
-                       f"weight, {plan.copy / MIB:.0f} MiB")
+        if copy:
+            reason += (f" + {calib['class']['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
+                       f"{copy / MIB:.0f} MiB")
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
-    scaled = env - plan.copy  # the rule before the weight copy
+    scaled = env - copy  # the rule before the weight copy
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
             (not ref or scaled > floor * dry / ref):
         reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB (the seeds' "
@@ -1621,9 +1716,17 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     else:
         reason = "platform not measured: legacy rule (no dry-run structure" + \
                  (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
-    if plan.copy:
-        reason += f" + the copy of its largest convolution's weight on {backend}, {plan.copy / MIB:.0f} MiB with the margin"
+    if copy:
+        reason += f" + {_copy_says(plan, tile)} on {backend}, {copy / MIB:.0f} MiB with the margin"
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
+
+
+def _copy_says(plan: _Plan, tile: object) -> str:
+    """Which weight copy a reason names: by torch's rule, or the largest (half precision, tiles, no rule data)."""
+    s, _, _, dtype, _ = plan.copy  # type: ignore[misc]
+    if dtype == "fp32" and tile is None and s is not None and "conv_transients" in s:
+        return "what a convolution holds at this size (a weight copy or an im2col buffer, by torch's oneDNN rule)"
+    return "the copy of its largest convolution's weight"
 
 
 def working_memory_bytes(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,

@@ -21,7 +21,7 @@ from typing import Any
 
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
-from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, weight_copy_bytes
+from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -327,14 +327,13 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     than one batch size, the single-frame term only where they hold one-frame and longer clips of a video model (a
     one-frame clip is its own regime: MiniMax-H3 and Wan encode one frame with other kernels, at up to 2x the factor
     of a longer clip). ``floor``: one architecture's line may also carry ``floor_bytes`` (see :func:`_envelope`); a
-    line pooled over architectures never does (their floors differ). ``weight_copy`` (a line pooled over the
-    architectures of a weight-copying backend, :data:`vaemem.estimate.WEIGHT_COPY_BACKENDS`): each row's copy of its
-    architecture's largest convolution weight is a fixed part of its reservation, the line is fitted to the rest,
-    and the line carries ``weight_copy_factor``, 1 + margin, by which a price adds an architecture's copy. Why: on
-    this CPU LTX-2's 432 MiB convolution sets a 452-460 MiB demand at clips of 6-102 MiB dry runs, which a line over
-    architectures whose largest convolutions are 15-216 MiB priced at 0.15-0.38x; priced with its copy, 1.07x and
-    more (campaign 15)."""
-    assert not (floor and weight_copy), "a floor is one architecture's; a weight copy tells architectures apart"
+    line pooled over architectures never does (their floors differ). ``weight_copy`` (a line on a backend with
+    convolution transients, :data:`vaemem.estimate.WEIGHT_COPY_BACKENDS`): each row's transient (its sixth field,
+    :func:`transient_bytes`: a weight copy or an im2col buffer) is a fixed part of its reservation, the line (and
+    its floor) is fitted to the rest, and the line carries ``weight_copy_factor``, 1 + margin, by which a price
+    adds a request's transient. Why: on this CPU LTX-2's 432 MiB convolution sets a 452-460 MiB demand at clips of
+    6-102 MiB dry runs, which a line over architectures whose largest convolutions are 15-216 MiB priced at
+    0.15-0.38x (campaign 15)."""
     below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
     inside = [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
     split = len({r[0] for r in inside}) >= 2 and len({r[0] for r in below}) >= 2
@@ -376,8 +375,10 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy
     if not floor:
         return best
 
+    copy = (lambda r: r[5]) if weight_copy else (lambda r: 0)  # noqa: E731  (the copy each row's line adds)
+
     def score(line: dict[str, Any]) -> float:
-        return sum(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) / r[2] for r in rows)
+        return sum(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r)) / r[2] for r in rows)
 
     order = sorted(rows, key=lambda r: r[0])
     best_score = score(best)
@@ -388,14 +389,16 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy
             break
         if _terms(order[k:]) != _terms(rows):  # the line over the rest must keep every term the points need: a
             continue  # one-frame or batch term left to the floor would vanish for larger requests
-        line = _line_through(order[k:], margin)
-        low = [r[2] for r in order[:k]]
+        line = _line_through(order[k:], margin, weight_copy)
+        if weight_copy:
+            line["weight_copy_factor"] = round(1 + margin, 6)
+        low = [r[2] - copy(r) for r in order[:k]]  # the floor is of what the copy leaves, as the line is
         first, last = (calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) for r in (order[0], order[k - 1]))
         flat = k >= 2 and max(low) <= FLOOR_FLAT * min(low) and last >= FLOOR_LINE_RISE * first
-        if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) >= FLOOR_NEEDED * r[2]
+        if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r)) >= FLOOR_NEEDED * r[2]
                             for r in order[:k]):
             continue  # the line alone nearly covers them and their demand is not flat: no evidence of a floor
-        line["floor_bytes"] = int(ceil_step(max(r[2] for r in order[:k]) * (1 + margin), BASE_STEP))
+        line["floor_bytes"] = int(ceil_step(max(low) * (1 + margin), BASE_STEP))
         s = score(line)
         if s < best_score - 1e-9:
             best, best_score = line, s
@@ -430,13 +433,19 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     return line
 
 
-def copy_bytes(point: dict[str, Any], key: dict[str, Any]) -> int:
-    """The weight copy a measured point's platform holds (:func:`vaemem.estimate.weight_copy_bytes` of its model's
-    largest convolution): a calibration row's sixth field."""
+def transient_bytes(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> int:
+    """What a measured point's convolutions hold beyond the live tensors on its platform
+    (:func:`vaemem.estimate.conv_transient_bytes`: a weight copy or an im2col buffer, by torch's oneDNN rule where
+    its architecture's untiled fp32 structure lists the convolutions): a calibration row's sixth field, priced as
+    the estimator prices a request."""
+    from vaemem import estimate as est
     from vaemem.models.zoo import LARGEST_CONV_PARAMETERS
 
-    return weight_copy_bytes(LARGEST_CONV_PARAMETERS[point["model"]][key["op"]], key["dtype"],
-                             key["conv_backend"])
+    q = point
+    s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
+    return est.conv_transient_bytes({"largest_conv_parameters": LARGEST_CONV_PARAMETERS[q["model"]]}, s,
+                                    key["op"], key["dtype"], key["conv_backend"], q["width"], q["height"],
+                                    1 if q["slicing"] else q["batch"], q["frames"], bool(q["tile"]))
 
 
 def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
@@ -457,21 +466,22 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
             single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
             entry[2].setdefault(key["architecture"], []).append(
-                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"], copy_bytes(p.point, key)))
+                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"],
+                 transient_bytes(p.point, key, structures)))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
-        archs = {a: calibration_line(rows, margin, floor=True) for a, rows in sorted(per_arch.items())
+        copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS
+        archs = {a: own_line(rows, margin, copies) for a, rows in sorted(per_arch.items())
                  if len({r[0] for r in rows}) >= 2}
         if not archs:
             continue
         pooled = [r for a in archs for r in per_arch[a]]
         ref = statistics.median(r[0] for r in pooled)
-        # each own line's factor at the class's median dry run, its copy included (a line that is mostly its copy
-        # there has no factor left to compare): the spread says how far the architectures are apart as measured
+        # each own line's factor at the class's median dry run, less the weight copy, as the class line is
+        # fitted: the spread says how far the architectures are apart where a transfer prices them alike
         factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS) / ref for ln in archs.values()]
         spread = max(factors) / min(factors)
-        copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS
         uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin, copies)
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
@@ -480,11 +490,30 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
     return out
 
 
+def own_line(rows: list[tuple], margin: float, copies: bool) -> dict[str, Any]:
+    """One architecture's line over its ``rows`` (:func:`calibration_line`, with a floor). On a weight-copying
+    backend (``copies``) it is fitted on what each row's weight copy leaves of its demand and adds the copy of the
+    request, where that reserves less at its worst point than the line fitted on the whole demand. Why both: a copy set
+    by torch's rule is a step the dry run cannot see (LTX-2's decoder copies its 432 MiB weight from 256x160 up at
+    one frame and from 128x128 at nine: a size held out across the step was priced 0.43x by the whole-demand line),
+    while where the copy coincides with fewer live tensors than the peak the sum over-reserves (HunyuanImage-2.1's
+    decoder, 1.32x in sample against 1.05x)."""
+    plain = calibration_line(rows, margin, floor=True)
+    if not copies:
+        return plain
+    net = calibration_line(rows, margin, floor=True, weight_copy=True)
+    # on a tie (points that all hold the same transient give both lines alike) the net one: held out, a size
+    # whose transient differs from the others' is priced by it (LTX-2's encode: 1.21x at most, against 10.05x by
+    # the whole-demand line at its one point that copies nothing; Mochi's encode: 1.02x against 0.41x at its
+    # im2col spike)
+    return net if net["worst_ratio"] <= plain["worst_ratio"] else {**plain, "weight_copy_factor": 0.0}
+
+
 def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float,
                     weight_copy: bool = False) -> dict[str, list[float]]:
     """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them), the
-    reservation / demand of the pooled line of the others (``weight_copy``: with each row's weight copy, as a
-    transfer prices it) at each of its points in the calibration domain (architectures whose rest has fewer than
+    reservation / demand of the pooled line of the others (``weight_copy``: with each row's convolution transient,
+    as a transfer prices it) at each of its points in the calibration domain (architectures whose rest has fewer than
     two dry-run peaks, or that have no point in the domain, are left out)."""
     out = {}
     for a, rows in sorted(per_arch.items()):

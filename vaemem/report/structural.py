@@ -15,8 +15,8 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, calibration_line, copy_bytes, dry_of, \
-    held_out_ratios, request_of
+from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, transient_bytes, dry_of, held_out_ratios, \
+    own_line, request_of
 from vaemem.models.zoo import get_spec
 
 GOAL_MIN_SIZES = 4
@@ -41,7 +41,7 @@ def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]
                 single = get_spec(get_spec(p.point["model"]).architecture).is_video and p.point["frames"] == 1
                 out.setdefault(estimate.calibration_id(key, kernel), []).append(
                     (key["architecture"], gid, p, d[0], d[1], p.demand_bytes, single,
-                     p.point["width"] * p.point["height"], copy_bytes(p.point, key)))
+                     p.point["width"] * p.point["height"], transient_bytes(p.point, key, structures)))
     return out
 
 
@@ -55,8 +55,9 @@ def dry_ratios(data: Dataset, structures: dict[str, Any]) -> dict[str, dict[str,
 
 
 def _price(line: dict[str, Any], e: tuple) -> float:
-    """A calibration line at the point of entry ``e`` (architecture, group, point, dry, dry1, demand, single)."""
-    return estimate.calibration_bytes(line, e[3], e[4], e[6], e[7])
+    """A calibration line at the point of entry ``e`` (architecture, group, point, dry, dry1, demand, single, frame
+    pixels, weight copy: a line with ``weight_copy_factor`` adds it)."""
+    return estimate.calibration_bytes(line, e[3], e[4], e[6], e[7], e[8])
 
 
 def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
@@ -68,16 +69,17 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
         for e in entries:
             by_group.setdefault(e[1], []).append(e)
         for gid, rows in sorted(by_group.items()):
+            copies = data.groups[gid][0]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
             size = lambda e: (e[2].point["width"], e[2].point["height"], e[2].point["tile"])  # noqa: E731
             sizes = sorted({size(e) for e in rows}, key=str)
             if len(rows) < GOAL_MIN_SIZES or len(sizes) < 2:
                 continue
             ratios, inside = [], []
             for left in sizes:
-                train = [(e[3], e[4], e[5], e[6], e[7]) for e in rows if size(e) != left]
+                train = [(e[3], e[4], e[5], e[6], e[7], e[8]) for e in rows if size(e) != left]
                 if len({t[0] for t in train}) < 2:
                     continue
-                line = calibration_line(train, margin, floor=True)
+                line = own_line(train, margin, copies)
                 ratios += [_price(line, e) / e[5] for e in rows if size(e) == left]
                 inside += [_price(line, e) / e[5] for e in rows if size(e) == left and e[7] >= DOMAIN_MIN_FRAME_PIXELS]
             if ratios:

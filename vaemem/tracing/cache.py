@@ -9,7 +9,9 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                 "input_bytes": N, "peak_module": "...",
                                                 "attention_peak_bytes": N (math-path entries only),
                                                 "split_convs": [[B, C, T, H, W, kernel, out, live], ...]
-                                                (where any ran)}}}
+                                                (where any ran),
+                                                "conv_inputs": [[weight elements, rank, elements, always, columns], ...]
+                                                (fp32, untiled, fused entries)}}}
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ from vaemem.tracing.trace import TraceResult, TraceSpec
 CACHE_SCHEMA_VERSION = 1
 DEFAULT_CACHE = Path("fits/traces.json")
 ENTRY_FIELDS = {"spec": dict, "peak_bytes": int, "output_bytes": int, "input_bytes": int, "peak_module": str}
+
+
+def keeps_conv_inputs(spec: TraceSpec) -> bool:
+    """Whether an entry of ``spec`` records its ``conv_inputs``: the fused untiled fp32 dry runs, those of the
+    structures whose weight copy follows torch's fp32 oneDNN rule (:func:`vaemem.estimate.conv_transient_bytes`; a
+    half-precision convolution runs on oneDNN at any size, and a tiled request is priced with the largest copy)."""
+    return spec.dtype == "fp32" and spec.tile is None and spec.attention == "fused"
+
+
+def complete(entry: dict[str, Any]) -> bool:
+    """Whether a cached entry holds every field this vaemem records for it (a resumed ``trace --zoo`` re-runs
+    the others)."""
+    return all(len(c) == 5 for c in entry.get("conv_inputs", [[0] * 4])) if keeps_conv_inputs(
+        TraceSpec.from_dict(entry["spec"])) else True
 
 
 def _entries_digest(entries: dict[str, Any]) -> str:
@@ -74,6 +90,12 @@ def read_cache(path: str | Path) -> dict[str, Any]:
                 isinstance(c, list) and len(c) == 8 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
                                                             for x in c) for c in calls):
             raise VaememError(f"{path}: entry {key}: split_convs must be lists of 8 positive integers")
+        convs = e.get("conv_inputs", [])
+        if not isinstance(convs, list) or not all(
+                isinstance(c, list) and len(c) == 5 and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
+                and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] in (0, 1) and c[4] >= 0 for c in convs):
+            raise VaememError(f"{path}: entry {key}: conv_inputs must be lists of [weight elements, rank 3-5, "
+                              f"positive elements, 0 or 1, im2col elements >= 0]")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         try:
@@ -116,6 +138,8 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["attention_peak_bytes"] = r.attention_peak_bytes
         if r.split_convs:
             doc["entries"][r.spec.key]["split_convs"] = [list(c) for c in r.split_convs]
+        if keeps_conv_inputs(r.spec):
+            doc["entries"][r.spec.key]["conv_inputs"] = [list(c) for c in r.conv_inputs]
     write_atomic(path, dumps(doc))
     return doc
 

@@ -10,6 +10,12 @@ they are part of the baseline. Global module hooks keep a stack of module names,
 happened, and ``attention_peak`` is the peak while any attention module runs (:func:`is_attention`): on the math
 path the score matrix lives there and nowhere else, so a math-path peak is ``max(fused-path peak, attention_peak)``
 (the tests check this on real tensors).
+
+It also keeps, per convolution weight (elements, input rank), the largest input torch's ``use_mkldnn`` rule
+reads in fp32 (N x C x the next two dims) and whether a clause that ignores the size holds (groups > 1, a kernel
+larger than 3 in both inner dims, N > 1), and the elements of the im2col buffer torch's own path would hold:
+where oneDNN runs a convolution it holds a reordered copy of the weight, where it does not the buffer, and no dry
+run sees either (``vaemem.estimate.conv_transient_bytes``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+
+_CONVOLUTION = torch.ops.aten.convolution.default
 
 
 def is_attention(module: nn.Module) -> bool:
@@ -46,6 +55,8 @@ class LiveBytes(TorchDispatchMode):
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
+        # (weight elements, input rank) -> [elements the rule reads, always, im2col columns]
+        self.convs: dict[tuple[int, int], list[int]] = {}
 
     # -- module stack -------------------------------------------------------------------------------------------
     def _pre(self, module: nn.Module, args: Any) -> None:
@@ -113,8 +124,24 @@ class LiveBytes(TorchDispatchMode):
         self.current -= self.live.pop(key, 0)
         self._refs.pop(key, None)
 
+    def _conv(self, args: Any, out: Any) -> None:
+        """Record one ``aten.convolution`` call's input as torch 2.13's fp32 ``use_mkldnn`` rule sees it (on more
+        than one thread, where its 1x1 clause always holds; no zoo model has a transposed convolution)."""
+        x, w, groups = args[0], args[1], args[8]
+        s = x.shape if x.dim() >= 4 else (x.shape[0], x.shape[1], 1, x.shape[2])  # torch views a 1-D one as 2-D
+        n = s[0] * s[1] * s[2] * s[3]
+        always = int(groups > 1 or (x.dim() >= 4 and w.shape[-1] > 3 and w.shape[-2] > 3) or x.shape[0] > 1)
+        volume = w[0, 0].numel()
+        # im2col's buffer where oneDNN does not run it: a sample's input channels x kernel x output positions (a
+        # 1x1 kernel reads its input in place)
+        columns = 0 if volume == 1 else w.shape[1] * volume * out[0, 0].numel()
+        seen = self.convs.setdefault((w.numel(), x.dim()), [0, 0, 0])
+        seen[0], seen[1], seen[2] = max(seen[0], n), max(seen[1], always), max(seen[2], columns)
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if func is _CONVOLUTION:
+            self._conv(args, out)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)

@@ -53,6 +53,14 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   convolution (its input's elements per padded pixel, scale, padding, frames and temporal kernel, its output
   elements per pixel, and the live bytes after it as per-pixel and base bytes through the knot's two largest dry
   runs, from the dry runs' record of the calls), which the estimator splits as diffusers does.
+* A convolution holds, beyond the live tensors, a reordered copy of its weight where oneDNN runs it and an im2col
+  buffer where torch's own path does (``benchmarks/cpu_conv_transients.py``), and torch's ``use_mkldnn`` rule
+  picks the path from the input's shape: in fp32 at batch 1 oneDNN only where N x C x the next two dims exceed
+  20480. So an untiled fp32 structure carries ``conv_transients``: per convolution weight, at each knot, the
+  elements the rule reads and the buffer's, affine in the request's size (:func:`_conv_transients`), from the
+  dry runs' ``conv_inputs``; the estimator applies the rule (:func:`vaemem.estimate.conv_transient_elements`).
+  LTX-Video 0.9.5's decoder copies its 432 MiB weight at 320x192 x 9 frames and not at 256x160 x 9 (the rule
+  reads 24576 and 20480 elements); Mochi's encoder holds a 101 MiB buffer at one frame of 160x96.
 * Slicing (diffusers' ``enable_slicing``: a batch run one sample at a time) peaks at one sample's peak plus the
   outputs of the samples before it: ``peak(1) + (batch - 1) x output(1)``, exact in dry runs of every class probed.
   So an untiled structure also carries one sample's output bytes per pixel at each knot, and slicing needs no dry
@@ -205,10 +213,55 @@ def zoo_grid() -> list[TraceSpec]:
 
 
 def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
-    import numpy as np
+    """The least-squares solution of ``rows x = y``, the same to the last bit on every machine: a square system
+    exactly in rationals, an overdetermined one by Householder QR in plain Python floats over unit-scaled columns (a
+    column of zeros or one dependent on those before it gets 0). Why not LAPACK: its kernels differ between CPUs
+    (AVX2, AVX-512) in the last bits, which a 7-digit quadratic term of pure noise (1e-17 B/px^2) carries into the
+    coefficient file, so ``fit --check`` failed on another machine with the same data."""
+    n = len(rows[0])
+    if len(rows) == n:
+        exact = _exact(rows, y)
+        if exact is not None:
+            return exact
+    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(n)]
+    a = [[r[j] / scale[j] for j in range(n)] + [v] for r, v in zip(rows, y)]  # y as the last column
+    m, rank_cols = len(a), []
+    for j in range(n):
+        k = len(rank_cols)  # the next row of R
+        norm = math.sqrt(math.fsum(a[i][j] ** 2 for i in range(k, m)))
+        if norm <= 1e-12 or k >= m:  # no new direction: this coefficient is 0
+            continue
+        alpha = -norm if a[k][j] > 0 else norm
+        v = [0.0] * k + [a[k][j] - alpha] + [a[i][j] for i in range(k + 1, m)]
+        vv = math.fsum(x * x for x in v)
+        for jj in range(j, n + 1):
+            d = 2 * math.fsum(v[i] * a[i][jj] for i in range(k, m)) / vv
+            for i in range(k, m):
+                a[i][jj] -= d * v[i]
+        rank_cols.append(j)
+    x = [0.0] * n
+    for k in range(len(rank_cols) - 1, -1, -1):  # back substitution over the kept columns
+        j = rank_cols[k]
+        x[j] = (a[k][n] - math.fsum(a[k][jj] * x[jj] for jj in rank_cols[k + 1:])) / a[k][j]
+    return [x[j] / scale[j] for j in range(n)]
 
-    coef, *_ = np.linalg.lstsq(np.array(rows, dtype=float), np.array(y, dtype=float), rcond=None)
-    return [float(c) for c in coef]
+
+def _exact(rows: list[list[float]], y: list[float]) -> list[float] | None:
+    """``rows x = y`` solved exactly (Gauss-Jordan over fractions), None if singular."""
+    from fractions import Fraction
+
+    n = len(rows)
+    a = [[Fraction(v) for v in r] + [Fraction(t)] for r, t in zip(rows, y)]
+    for j in range(n):
+        p = next((i for i in range(j, n) if a[i][j] != 0), None)
+        if p is None:
+            return None
+        a[j], a[p] = a[p], a[j]
+        for i in range(n):
+            if i != j and a[i][j] != 0:
+                f = a[i][j] / a[j][j]
+                a[i] = [u - f * w for u, w in zip(a[i], a[j])]
+    return [float(a[i][n] / a[i][i]) for i in range(n)]
 
 
 ASSEMBLY_MODULE = "(top level)"  # a dry run's peak_module where the peak is in the tiling code, outside every module
@@ -373,6 +426,53 @@ def _split_piece(calls: dict, knot_sizes: list[tuple[int, int, int, Any]]) -> li
     return out
 
 
+def _affine(e: dict[int, int], rank: int) -> list[float]:
+    """``[a, b, c]`` of ``a x U + b x (width + height) / 2 + c`` through ``e`` (square side -> elements), U a
+    frame's pixels, or its height where ``rank`` is 5 (the input elements torch's rule reads of a 3-D input):
+    rank 5 from the two larger of the three smallest sides, else the three solve the three terms exactly; then
+    ``c`` rises to cover every side (an upper bound off the grid)."""
+    sides = sorted(e)
+    if rank == 5:
+        s1, s2 = sides[1:3] if len(sides) >= 3 else (sides[0], sides[-1])
+        a = _milli_up((e[s2] - e[s1]) / (s2 - s1)) if s2 > s1 else 0.0
+        return [a, 0.0, float(math.ceil(max(e[x] - a * x for x in sides)))]
+    if len(sides) < 3:
+        raise ValueError("a convolution's law needs three sizes per knot")
+    a, b, _ = _solve([[v * v, v, 1.0] for v in sides[:3]], [float(e[v]) for v in sides[:3]])
+    a, b = _milli_up(max(a, 0.0)), _milli_up(max(b, 0.0))
+    return [a, b, float(math.ceil(max(e[v] - a * v * v - b * v for v in sides)))]
+
+
+def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> list[list[Any]]:
+    """The structure's ``conv_transients`` (:func:`vaemem.estimate.conv_transient_bytes`) from the dry runs'
+    ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight and
+    input rank, heaviest first, at each knot the input elements torch's oneDNN rule reads (:func:`_affine` of
+    rank 5 for a 3-D input, N x C x depth x height, the width not among them; else of the frame's pixels), or None
+    where a clause that ignores the size held (or the input is 1-D), and the elements of its im2col buffer
+    (:func:`_affine` in the frame's pixels). Why affine, not per unit: LTX-2's decoder pads its latent by a row on
+    each side before the convolution (one frame at 128 px reads 18432 elements, 144 per row, at 64 px 192 per
+    row: a ratio through 64 px would have copied at 128 px a 432 MiB weight oneDNN never held)."""
+    per: dict[tuple[int, int], tuple[dict, dict]] = {}  # (weight, rank) -> (knot -> side -> elements or None,
+    for (w, h, fr, _), calls in convs.items():  # knot -> side -> columns)
+        i = knots.index(fr)
+        for weight, rank, elements, always, columns in calls:
+            rule, cols = per.setdefault((weight, rank), ({}, {}))
+            if always or rank == 3 or (i in rule and rule[i] is None):
+                rule[i] = None
+            else:
+                at = rule.setdefault(i, {})
+                at[h] = max(at.get(h, 0), elements)
+            at = cols.setdefault(i, {})
+            at[h] = max(at.get(h, 0), columns)
+    out = []
+    none = [0.0, 0.0, 0.0]  # at a knot where the convolution does not run (Wan's 2-D ones run at one frame only)
+    for (weight, rank), (rule, cols) in sorted(per.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
+        out.append([weight, rank, [(None if rule[i] is None else _affine(rule[i], rank)) if i in rule else none
+                                   for i in range(len(knots))],
+                    [_affine(cols[i], 4) if i in cols else none for i in range(len(knots))]])
+    return out
+
+
 def _milli_up(x: float) -> float:
     """Bytes per pixel rounded up to 1e-3 B (an upper bound that keeps the file short and deterministic)."""
     return math.ceil(x * 1000 - 1e-6) / 1000
@@ -389,7 +489,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
     pixel to 1e-3) so the file is deterministic."""
     spec = get_spec(name)
-    peaks, outputs, splits, modules = {}, {}, {}, {}
+    peaks, outputs, splits, modules, convs = {}, {}, {}, {}, {}
     value = "attention_peak_bytes" if attention == "math" else "peak_bytes"
     unsplit = spec.info.split_convs and attention == "fused" and not tiled
     whole_clip = tiled and spec.info.temporal_windows is not None
@@ -402,6 +502,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             k = (s["width"], s["height"], s["frames"], s["tile"])
             peaks[k], outputs[k], splits[k] = e[value], e.get("output_bytes"), e.get("split_convs", [])
             modules[k] = e.get("peak_module")
+            convs[k] = e.get("conv_inputs")
     wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled, attention)]
     if any(k not in peaks for k in wanted):
         return None
@@ -470,6 +571,8 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         per = max(outputs[k] / (k[0] * k[1]) for k in wanted if k[2] == cf)
         out["clips"] = {"frames": cf, "output_bytes_per_pixel": _milli_up(per),
                         "pad_bytes_per_pixel_frame": _input_bytes_per_pixel_frame(spec, dtype)}
+    if not tiled and attention == "fused" and dtype == "fp32" and all(convs[k] is not None for k in wanted):
+        out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)

@@ -99,7 +99,11 @@ class TraceResult:
     an attention module ran (0 where none did): on the math path the score matrix lives only there.
     ``split_convs``: each distinct call of a size-triggered split convolution, in the order of first calls, as
     (batch, channels, frames, height, width of its input, temporal kernel, output elements, the most live bytes
-    right after a call of it)."""
+    right after a call of it). ``conv_inputs``: per convolution weight, (its elements, its input's rank, the most
+    elements torch's fp32 oneDNN rule read of its input, N x C x the next two dims, and 1 where a clause that
+    ignores the size held: groups, kernel or N > 1, and the elements of its im2col buffer: a sample's input channels
+    x kernel x output positions, 0 for a 1x1 kernel), the heaviest weight first: where oneDNN runs it, it holds a
+    copy of the weight, where it does not, the buffer (:func:`vaemem.estimate.conv_transient_bytes`)."""
 
     spec: TraceSpec
     peak_bytes: int
@@ -108,6 +112,7 @@ class TraceResult:
     peak_module: str
     attention_peak_bytes: int
     split_convs: tuple[tuple[int, ...], ...]
+    conv_inputs: tuple[tuple[int, int, int, int, int], ...]
     replayed_calls: int
     wall_s: float
     torch_version: str
@@ -118,6 +123,7 @@ class TraceResult:
         d["spec"] = self.spec.to_dict()
         d["key"] = self.spec.key
         d["split_convs"] = [list(c) for c in self.split_convs]
+        d["conv_inputs"] = [list(c) for c in self.conv_inputs]
         return d
 
 
@@ -548,7 +554,9 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
         input_bytes = x.untyped_storage().nbytes()
         del out
     return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak),
-                       tuple(map(tuple, split_calls)), replayed, round(time.perf_counter() - t0, 3), torch.__version__,
+                       tuple(map(tuple, split_calls)),
+                       tuple(sorted(((w, r, n, a, c) for (w, r), (n, a, c) in counter.convs.items()), reverse=True)),
+                       replayed, round(time.perf_counter() - t0, 3), torch.__version__,
                        diffusers.__version__)
 
 

@@ -1,0 +1,111 @@
+"""What a convolution holds beyond the live tensors on oneDNN platforms: the dry run's record of each convolution's
+input (torch's ``use_mkldnn`` rule) and im2col buffer, the structure's laws of them, and their pricing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from vaemem import estimate as est
+from vaemem.tracing.counter import LiveBytes
+from vaemem.tracing.structure import derive, grid
+from vaemem.tracing.trace import TraceSpec, trace
+
+
+def _record(conv: nn.Module, x: torch.Tensor) -> dict:
+    counter = LiveBytes()
+    counter.exclude([*conv.parameters(), x])
+    with torch.no_grad(), counter:
+        conv(x)
+    return counter.convs
+
+
+def test_the_counter_reads_each_convolution_as_torchs_rule_does():
+    """Known answers: the rule reads N x C x the next two dims (a 3-D input's width is not among them), the
+    size-free clauses are groups > 1, a kernel above 3 in both inner dims and N > 1, and im2col holds input
+    channels x kernel x output positions (none for a 1x1 kernel)."""
+    c3 = nn.Conv3d(8, 4, 3, padding=1)
+    assert _record(c3, torch.zeros(1, 8, 5, 6, 7)) == {(4 * 8 * 27, 5): [8 * 5 * 6, 0, 8 * 27 * 5 * 6 * 7]}
+    c2 = nn.Conv2d(8, 4, 3)  # no padding: 4 x 5 output positions
+    assert _record(c2, torch.zeros(1, 8, 6, 7)) == {(4 * 8 * 9, 4): [8 * 6 * 7, 0, 8 * 9 * 4 * 5]}
+    assert _record(nn.Conv2d(8, 4, 3, groups=2), torch.zeros(1, 8, 6, 7))[(4 * 4 * 9, 4)][1] == 1
+    assert _record(nn.Conv2d(8, 4, 5), torch.zeros(1, 8, 6, 7))[(4 * 8 * 25, 4)][1] == 1
+    assert _record(c2, torch.zeros(2, 8, 6, 7))[(4 * 8 * 9, 4)][:2] == [2 * 8 * 6 * 7, 1]
+    assert _record(nn.Conv2d(8, 4, 1), torch.zeros(1, 8, 6, 7))[(32, 4)][2] == 0
+
+
+def test_the_dry_run_records_what_real_tensors_record():
+    for name, op, frames in (("tiny-wan", "decode", 5), ("tiny-kl", "encode", 1)):
+        spec = TraceSpec(name, op, "fp32", 96, 64, frames=frames)
+        assert trace(spec).conv_inputs == trace(spec, fake=False).conv_inputs
+        assert trace(spec).conv_inputs  # every convolution, heaviest weight first
+        assert list(trace(spec).conv_inputs) == sorted(trace(spec).conv_inputs, reverse=True)
+
+
+def _truth(result: TraceSpec) -> tuple[int, int]:
+    """(heaviest weight copied, largest im2col buffer) by the rule, from a dry run's own record."""
+    copied, columns = 0, 0
+    for weight, _, elements, always, cols in trace(result).conv_inputs:
+        if always or elements > est.ONEDNN_MIN_ELEMENTS:
+            copied = max(copied, weight)
+        else:
+            columns = max(columns, cols)
+    return copied, columns
+
+
+@pytest.mark.parametrize("name,op,sizes", [
+    ("tiny-wan", "decode", [(320, 192, 9), (448, 256, 5), (160, 96, 13), (512, 512, 21)]),
+    ("tiny-kl", "decode", [(640, 384, 1), (256, 512, 1), (1024, 768, 1)]),
+    ("tiny-mochi", "encode", [(320, 192, 7), (256, 160, 13)])])
+def test_the_structures_laws_reproduce_fresh_dry_runs_off_the_grid(name, op, sizes):
+    """Derived from the grid's square sizes, the laws give at other sizes, oblong ones and between knots, the
+    same copied weight as the dry run there and an im2col buffer no smaller (exact in 2-D and 3-D alike where the
+    padding is the convolution's own)."""
+    entries = [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes, "output_bytes": r.output_bytes,
+                "conv_inputs": [list(c) for c in r.conv_inputs]}
+               for r in map(trace, grid(name, op, "fp32", False))]
+    s = derive(entries, name, op, "fp32", False)
+    assert s is not None and "conv_transients" in s
+    for w, h, f in sizes:
+        copied, columns = est.conv_transient_elements(s, w, h, 1, f)
+        want_copied, want_columns = _truth(TraceSpec(name, op, "fp32", w, h, frames=f))
+        assert copied == want_copied, (w, h, f)
+        assert want_columns <= columns <= want_columns * 1.01 + 64, (w, h, f)
+
+
+def _structure(rule: list, cols: list, knots=(1, 9)) -> dict:
+    return {"knots": list(knots), "conv_transients": [[100_000, 5, rule, cols], [10, 4, [[0, 0, 0]] * len(knots),
+                                                                             [[1.0, 0, 0]] * len(knots)]]}
+
+
+def test_conv_transient_bytes_known_answers():
+    """A 3-D convolution of 100,000 weights whose rule reads 100 x height + 0 (one frame) to 200 x height (nine):
+    oneDNN above 20480, so from a height of 205 at one frame, 103 at nine, 137 at five (between the knots), and
+    always with two samples; a 2-D one of 10 weights, never on oneDNN, holds 1 element per pixel of im2col."""
+    s = _structure([[100.0, 0, 0], [200.0, 0, 0]], [[0, 0, 0], [0, 0, 0]])
+    m = {"largest_conv_parameters": {"decode": 100_000}}
+    at = lambda w, h, b=1, f=1, dtype="fp32", backend="onednn", tiled=False: est.conv_transient_bytes(  # noqa: E731
+        m, s, "decode", dtype, backend, w, h, b, f, tiled)
+    assert at(50, 204) == 50 * 204 * 4 and at(50, 205) == 400_000  # the buffer, then the copy (the larger)
+    assert at(8, 102, f=9) == 8 * 102 * 4 and at(8, 103, f=9) == 400_000
+    assert at(8, 136, f=5) == 8 * 136 * 4 and at(8, 137, f=5) == 400_000
+    assert at(8, 8, b=2) == 400_000  # N > 1: every convolution on oneDNN, the heaviest copied
+    assert at(8, 8, dtype="bf16") == 200_000 and at(8, 8, tiled=True) == 400_000  # the largest: no rule read
+    assert at(8, 8, backend="aten") == 0
+    always = _structure([None, [1.0, 0, 0]], [[0, 0, 0], [0, 0, 0]])
+    assert est.conv_transient_elements(always, 8, 8, 1, 5) == (100_000, 8 * 8)  # a knot always copying: its segment too
+    assert est.conv_transient_elements(always, 8, 8, 1, 9) == (0, 8 * 8)
+
+
+def test_a_malformed_conv_transients_is_refused():
+    doc = est.load(None)
+    key = next(k for k, s in doc["structures"].items() if "conv_transients" in s)
+    for bad, message in ((lambda c: c.__setitem__(0, [1, 5, [], []]), "conv_transients must be lists of"),
+                         (lambda c: c.reverse(), "the heaviest weight first")):
+        import json
+
+        d = json.loads(json.dumps({k: v for k, v in doc.items() if not k.startswith("_")}))
+        bad(d["structures"][key]["conv_transients"])
+        with pytest.raises(ValueError, match=message):
+            est.validate(d, "c.json")
