@@ -80,7 +80,7 @@ PY
 
 log "fit and report (fork sweep)"
 "$vaemem" fit --measurements "$out/measurements/$rig.jsonl" --out "$out/coefficients.json" \
-  --exceptions "$out/none.json" | tee -a "$out/log.txt" || echo "fit refused (see above)" | tee -a "$out/log.txt"
+  --exceptions none | tee -a "$out/log.txt" || echo "fit refused (see above)" | tee -a "$out/log.txt"
 if [ -f "$out/coefficients.json" ]; then
   "$vaemem" report --measurements "$out/measurements/$rig.jsonl" --coefficients "$out/coefficients.json" \
     --format markdown | tee "$out/REPORT.md"
@@ -118,7 +118,7 @@ log "calibration plan"
   | tee -a "$out/log.txt"
 "$vaemem" measure --sweep "$out/plan.toml" --rig "$rig-plan" --out "$out/plan/$rig-plan.jsonl" --timeout 300 \
   | tee -a "$out/log.txt"
-"$vaemem" fit --measurements "$out/plan" --out "$out/plan-coefficients.json" --exceptions "$out/none.json" \
+"$vaemem" fit --measurements "$out/plan" --out "$out/plan-coefficients.json" --exceptions none \
   | tee -a "$out/log.txt" || echo "plan fit refused (see above)" | tee -a "$out/log.txt"
 log "variants: math attention path and a sliced batch"
 # one sweep, one measure: each invocation imports torch and diffusers anew

@@ -62,6 +62,8 @@ def _err_line(result) -> str:
     (["measure", "--sweep", "s.toml", "--batch", "2"], "give either --sweep or grid options"),
     (["estimate", "-m", "sdxl", "--op", "decode", "--res", "131072", "--dtype", "fp16", "--backend", "cudnn",
       "--allocator", "native", "--os", "linux"], "at most 65536 px"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--overlap", "0.5"],
+     "an overlap applies to tiled points, and the grid has none"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -79,6 +81,8 @@ def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, 
         (["measure", "--sweep", "list.json", "--dry-run"], "not a sweep file"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "list.json"],
          "not an exceptions file"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "exceptons.json"],
+         "--exceptions exceptons.json: no such file (give --exceptions none for no exceptions)"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--traces", "no-such.json"],
          "--traces no-such.json: no such file"),
         (["plot", "--measurements", "m.jsonl", "--out", "afile"], "cannot make that directory"),
@@ -176,7 +180,7 @@ def test_measure_then_resume_through_the_cli(tmp_path):
 def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     shutil.copy(TINY, tmp_path / "m.jsonl")
     coef = tmp_path / "c.json"
-    base = ["--measurements", str(tmp_path / "m.jsonl"), "--out", str(coef), "--exceptions", str(tmp_path / "none")]
+    base = ["--measurements", str(tmp_path / "m.jsonl"), "--out", str(coef), "--exceptions", "none"]
     assert runner.invoke(app, ["fit", *base]).exit_code == 0
     ok = runner.invoke(app, ["fit", *base, "--check"])
     assert ok.exit_code == 0 and "is reproducible" in ok.output
@@ -198,7 +202,7 @@ def test_fit_out_that_cannot_be_written_is_one_line_and_writes_nothing(tmp_path,
     out = where(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
     result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
-                                 "--exceptions", str(tmp_path / "none")])
+                                 "--exceptions", "none"])
     assert result.exit_code == 2 and message in _err_line(result), result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, no temporary file left
 
@@ -211,7 +215,7 @@ def test_fit_refuses_a_group_over_the_bound_without_writing(tmp_path):
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     out = tmp_path / "c.json"
     result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
-                                 "--exceptions", str(tmp_path / "none")])
+                                 "--exceptions", "none"])
     assert result.exit_code == 1 and "over bound: tiny-kl/decode" in result.output and not out.exists()
 
 
@@ -219,8 +223,8 @@ def test_diff_estimate_report_and_plot(tmp_path):
     shutil.copy(TINY, tmp_path / "m.jsonl")
     meas = ["--measurements", str(tmp_path / "m.jsonl")]
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    runner.invoke(app, ["fit", *meas, "--out", str(a), "--exceptions", str(tmp_path / "none")])
-    runner.invoke(app, ["fit", *meas, "--out", str(b), "--margin", "0.10", "--exceptions", str(tmp_path / "none")])
+    runner.invoke(app, ["fit", *meas, "--out", str(a), "--exceptions", "none"])
+    runner.invoke(app, ["fit", *meas, "--out", str(b), "--margin", "0.10", "--exceptions", "none"])
     d = runner.invoke(app, ["diff", str(a), str(b), "--res", "512"])
     assert d.exit_code == 0 and "tiny-kl/decode" in d.output and "->" in d.output
     e = runner.invoke(app, ["estimate", "-m", "tiny-kl", "--op", "decode", "--res", "512", "--dtype", "fp32",

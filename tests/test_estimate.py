@@ -488,6 +488,21 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
      "clips.output_bytes_per_pixel is missing"),
     (("schema_version",), 2.0, "no integer schema_version"),
     (("schema_version",), True, "no integer schema_version"),
+    # fields whose loss changed a price without a word (a helper's review of 590a29d)
+    (("structures", "wan22/encode/bf16/tiled", "held_bytes_per_pixel_frame"), "DELETE",
+     "held_bytes_per_pixel_frame must be present exactly where tile_scale is above 1"),
+    (("structures", "sd15/decode/fp32/tiled", "held_bytes_per_pixel_frame"), 0.0,
+     "held_bytes_per_pixel_frame must be present exactly where tile_scale is above 1"),
+    (("structures", "sd15/decode/fp32/tiled", "tile_min"), "DELETE", "tile_min must be an int > 0"),
+    (("calibrations", 3, "architectures", "sd15", "small"), "DELETE",
+     "architectures.sd15.small must be present exactly where n_points_below_domain"),
+    (("calibrations", 3, "architectures", "sd15", "n_points_below_domain"), 0,
+     "architectures.sd15.small must be present exactly where n_points_below_domain (0)"),
+    (("calibrations", 0, "class", "small"), {}, "calibrations[0].class.small must be present exactly where"),
+    (("calibrations", 17, "architectures", "wan21", "single_frame_factor"), "DELETE",
+     "calibrations[17].architectures.wan21.single_frame_factor is missing"),
+    (("calibrations", 17, "class", "single_frame_bytes"), "DELETE",
+     "calibrations[17].class.single_frame_bytes is missing"),
 ]
 
 

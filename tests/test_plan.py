@@ -159,6 +159,7 @@ def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["predicted_min"] <= 2 and doc["cost_model"]["source"] == "defaults:cpu"
+    assert doc["schema_version"] == 2
     dry = runner.invoke(app, ["measure", "--sweep", str(out), "--rig", "none-such", "--out",
                               str(tmp_path / "m.jsonl"), "--dry-run"])
     assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 runs" in dry.output

@@ -400,7 +400,11 @@ def plan(
         except VaememError as e:
             _fail(e)
     if as_json:
-        typer.echo(json.dumps({"budget_min": budget_min, "device": device, "cost_model": cost.to_dict(),
+        from vaemem.measuring.parent.sweepfile import SWEEP_SCHEMA_VERSION
+
+        # the plan's schema, the same as its TOML's (a reader of one reads the other's fields)
+        typer.echo(json.dumps({"schema_version": SWEEP_SCHEMA_VERSION, "budget_min": budget_min, "device": device,
+                               "cost_model": cost.to_dict(),
                                "predicted_min": round(result.predicted_s / 60, 2),
                                "points": [{"priority": q, "point_key": p.key, "predicted_s": s, "why": w}
                                           for q, p, s, w in rows],
@@ -441,7 +445,8 @@ def fit(
                              help="coefficient file to write (or to check)"),
     margin: float = typer.Option(0.05, help="safety margin multiplied onto every envelope"),
     exceptions: Path = typer.Option(DEFAULT_EXCEPTIONS, show_default=SHOWN[DEFAULT_EXCEPTIONS],
-                                    help="groups allowed past the quality bound, with reasons"),
+                                    help="groups allowed past the quality bound, with reasons; none: no "
+                                    "exceptions"),
     check_only: bool = typer.Option(False, "--check", help="re-derive and fail on any difference from --out"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
     traces: Path = typer.Option(DEFAULT_TRACES, show_default=SHOWN[DEFAULT_TRACES],
@@ -473,7 +478,12 @@ def fit(
                                   f"{traces}` with this torch", 1)
         if traces != DEFAULT_TRACES and not traces.exists():
             raise VaememError(f"--traces {traces}: no such file")
-        reasons = co.load_exceptions(exceptions)
+        if str(exceptions) == "none":  # said, not a mistyped path read as no exceptions
+            reasons = {}
+        elif exceptions != DEFAULT_EXCEPTIONS and not exceptions.exists():
+            raise VaememError(f"--exceptions {exceptions}: no such file (give --exceptions none for no exceptions)")
+        else:
+            reasons = co.load_exceptions(exceptions)
         if exceptions == DEFAULT_EXCEPTIONS and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]:
             reasons = {g: r for g, r in reasons.items() if g in data.groups}  # the project's reasons for its own data
         result = co.fit_dataset(data, margin, reasons, cache)

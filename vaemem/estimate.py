@@ -289,9 +289,19 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
     return v
 
 
-def _check_line(line: dict, where: str, small: bool = False) -> None:
+def _check_line(line: dict, where: str, small: bool = False, strict: bool = False) -> None:
+    """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
+    price are required, and ``small`` is there exactly where points below the domain were (a line that lost
+    either would price silently otherwise)."""
     for name in ("dry_factor", "per_sample_factor", "base_bytes", "dry_bytes_max"):
         _field(line, name, where, "num>=0")
+    if strict and not small:
+        for name in ("single_frame_factor", "single_frame_bytes"):
+            _field(line, name, where, "num>=0")
+        below = _field(line, "n_points_below_domain", where, "int>=0")
+        _need(("small" in line) == (below > 0), f"{where}.small",
+              f"present exactly where n_points_below_domain ({below}) is above 0", "present" if "small" in line
+              else "absent")
     for name in ("single_frame_factor", "single_frame_bytes", "floor_bytes", "weight_copy_factor"):
         if name in line:
             _field(line, name, where, "num>=0")
@@ -361,15 +371,17 @@ def _check_structure(s: dict, where: str) -> None:
         scale = s.get("tile_scale", 1)
         _need(type(scale) is int and scale > 0 and f % scale == 0, f"{where}.tile_scale",
               f"an int > 0 that divides spatial_factor {f}", scale)
+        # a loop that patchifies first holds the patchified clip throughout: the two come together
+        _need(("held_bytes_per_pixel_frame" in s) == (scale > 1), f"{where}.held_bytes_per_pixel_frame",
+              "present exactly where tile_scale is above 1", s.get("held_bytes_per_pixel_frame"))
         if "held_bytes_per_pixel_frame" in s:
             _field(s, "held_bytes_per_pixel_frame", where, "num>=0")
         if "tile_working_set" in s:  # each tile runs the untiled op at its own size: that op's structure
             ws = _field(s, "tile_working_set", where, "dict")
             _need(ws.get("kind") == "frames", f"{where}.tile_working_set.kind", '"frames"', ws.get("kind"))
             _check_structure(ws, f"{where}.tile_working_set")
-        tile_min = s.get("tile_min", 0)
-        _need("tile_min" not in s or (type(tile_min) is int and tile_min > 0), f"{where}.tile_min", "an int > 0",
-              tile_min)
+        tile_min = s.get("tile_min")  # every fit writes it: without it a tile too small for the basis prices
+        _need(type(tile_min) is int and tile_min > 0, f"{where}.tile_min", "an int > 0", tile_min)
         tile_max = s.get("tile_max", tile_min)
         _need("tile_max" not in s or (type(tile_max) is int and tile_max >= tile_min), f"{where}.tile_max",
               "an int >= tile_min", tile_max)
@@ -541,8 +553,8 @@ def validate(data: object, source: str = "coefficients") -> dict:
         _field(c, "agree", w, "bool")
         _field(c, "spread", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
-            _check_line(line, f"{w}.architectures.{arch}")
-        _check_line(_field(c, "class", w, "dict"), f"{w}.class")
+            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6)
+        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6)
         lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
         for name, line in lines.items():
             if "weight_copy_factor" in line:

@@ -230,6 +230,8 @@ def build_grid(
         points.append(validate(Point(model, op, dtype, w, h, batch, frame, tile, alloc, device, ov, sl, att, c3)))
     if not points:
         raise VaememError("the grid has no point: slicing needs a batch of more than one")
+    if overlaps and not any(p.tile for p in points):  # else the overlap given is silently never measured
+        raise VaememError("an overlap applies to tiled points, and the grid has none: give --tile too")
     unique = dict.fromkeys(points)  # the same point named twice runs once
     return sorted(unique, key=lambda p: (p.model, p.op, p.dtype, p.allocator, p.variant, p.tile or 0, p.batch,
                                          p.frames, p.pixels, p.width))
