@@ -26,9 +26,15 @@ def test_the_counter_reads_each_convolution_as_torchs_rule_does():
     size-free clauses are groups > 1, a kernel above 3 in both inner dims and N > 1, and im2col holds input
     channels x kernel x output positions (none for a 1x1 kernel)."""
     c3 = nn.Conv3d(8, 4, 3, padding=1)
-    assert _record(c3, torch.zeros(1, 8, 5, 6, 7)) == {(4 * 8 * 27, 5): [8 * 5 * 6, 0, 8 * 27 * 5 * 6 * 7]}
+    one = [8 * 5 * 6, 0, 8 * 27 * 5 * 6 * 7]
+    assert _record(c3, torch.zeros(1, 8, 5, 6, 7)) == {(4 * 8 * 27, 5): [*one, 0, *one[::2]]}
     c2 = nn.Conv2d(8, 4, 3)  # no padding: 4 x 5 output positions
-    assert _record(c2, torch.zeros(1, 8, 6, 7)) == {(4 * 8 * 9, 4): [8 * 6 * 7, 0, 8 * 9 * 4 * 5]}
+    assert _record(c2, torch.zeros(1, 8, 6, 7)) == {(4 * 8 * 9, 4): [8 * 6 * 7, 0, 8 * 9 * 4 * 5, 0, 8 * 6 * 7,
+                                                                      8 * 9 * 4 * 5]}
+    cl = torch.zeros(1, 8, 5, 6, 7).contiguous(memory_format=torch.channels_last_3d)
+    assert _record(c3, cl)[(4 * 8 * 27, 5)][3] == 1  # a channels-last input: oneDNN's copy is two
+    cl2 = torch.zeros(1, 8, 6, 7).contiguous(memory_format=torch.channels_last)
+    assert _record(c2, cl2)[(4 * 8 * 9, 4)][3] == 0  # 2-D: not followed (its batch stride decides on the CPU)
     assert _record(nn.Conv2d(8, 4, 3, groups=2), torch.zeros(1, 8, 6, 7))[(4 * 4 * 9, 4)][1] == 1
     assert _record(nn.Conv2d(8, 4, 5), torch.zeros(1, 8, 6, 7))[(4 * 8 * 25, 4)][1] == 1
     assert _record(c2, torch.zeros(2, 8, 6, 7))[(4 * 8 * 9, 4)][:2] == [2 * 8 * 6 * 7, 1]
@@ -46,9 +52,11 @@ def test_the_dry_run_records_what_real_tensors_record():
 def _truth(result: TraceSpec) -> tuple[int, int]:
     """(heaviest weight copied, largest im2col buffer) by the rule, from a dry run's own record."""
     copied, columns = 0, 0
-    for weight, _, elements, always, cols in trace(result).conv_inputs:
+    for weight, _, elements, always, cols, last, fewest, cols_fewest in trace(result).conv_inputs:
         if always or elements > est.ONEDNN_MIN_ELEMENTS:
-            copied = max(copied, weight)
+            copied = max(copied, weight * (2 if last else 1))
+            if not always and fewest <= est.ONEDNN_MIN_ELEMENTS:  # its smallest call stays on im2col
+                columns = max(columns, cols_fewest)
         else:
             columns = max(columns, cols)
     return copied, columns
@@ -74,9 +82,12 @@ def test_the_structures_laws_reproduce_fresh_dry_runs_off_the_grid(name, op, siz
         assert want_columns <= columns <= want_columns * 1.01 + 64, (w, h, f)
 
 
-def _structure(rule: list, cols: list, knots=(1, 9)) -> dict:
-    return {"knots": list(knots), "conv_transients": [[100_000, 5, rule, cols], [10, 4, [[0, 0, 0]] * len(knots),
-                                                                             [[1.0, 0, 0]] * len(knots)]]}
+def _structure(rule: list, cols: list, knots=(1, 9), last: list | None = None, rule_min: list | None = None,
+               cols_min: list | None = None) -> dict:
+    zero, one = [[0, 0, 0]] * len(knots), [[1.0, 0, 0]] * len(knots)
+    return {"knots": list(knots), "conv_transients": [
+        [100_000, 5, rule, cols, last or [None] * len(knots), rule_min or rule, cols_min or cols],
+        [10, 4, zero, one, [None] * len(knots), zero, one]]}
 
 
 def test_conv_transient_bytes_known_answers():
@@ -96,6 +107,17 @@ def test_conv_transient_bytes_known_answers():
     always = _structure([None, [1.0, 0, 0]], [[0, 0, 0], [0, 0, 0]])
     assert est.conv_transient_elements(always, 8, 8, 1, 5) == (100_000, 8 * 8)  # a knot always copying: its segment too
     assert est.conv_transient_elements(always, 8, 8, 1, 9) == (0, 8 * 8)
+    # channels-last inputs at nine frames above 25600 elements (a height of 128): two copies there, one below
+    last = _structure([[100.0, 0, 0], [200.0, 0, 0]], [[0, 0, 0], [0, 0, 0]], last=[None, 25600])
+    assert est.conv_transient_elements(last, 8, 128, 1, 9)[0] == 100_000
+    assert est.conv_transient_elements(last, 8, 129, 1, 9)[0] == 200_000
+    assert est.conv_transient_elements(last, 8, 300, 1, 1)[0] == 100_000  # one frame never saw it
+    assert est.conv_transient_elements(last, 8, 8, 2, 1)[0] == 200_000  # a batch: every knot's worst
+    # a smaller call of the same weight (Wan's first chunk) reads 50 x height and holds 3 elements per pixel: where
+    # the largest copies and it does not, its buffer counts too
+    two = _structure([[200.0, 0, 0]] * 2, [[0, 0, 0]] * 2, rule_min=[[50.0, 0, 0]] * 2, cols_min=[[3.0, 0, 0]] * 2)
+    assert est.conv_transient_elements(two, 100, 200, 1, 1) == (100_000, 3 * 100 * 200)  # 10000: on im2col
+    assert est.conv_transient_elements(two, 100, 500, 1, 1) == (100_000, 100 * 500)  # 25000: both on oneDNN
 
 
 def test_a_malformed_conv_transients_is_refused():
@@ -109,3 +131,41 @@ def test_a_malformed_conv_transients_is_refused():
         bad(d["structures"][key]["conv_transients"])
         with pytest.raises(ValueError, match=message):
             est.validate(d, "c.json")
+
+
+def _meta_and_cpu(fn, x: torch.Tensor) -> tuple[tuple, tuple]:
+    """(strides of ``fn(x)`` on the meta device under the counter, on real CPU tensors)."""
+    out = {}
+    for device in ("meta", "cpu"):
+        t = x.to(device) if device == "cpu" else torch.empty_strided(x.shape, x.stride(), device="meta")
+        counter = LiveBytes(cpu_strides=device == "meta")
+        with torch.no_grad(), counter:
+            out[device] = tuple(fn(t).stride())
+    return out["meta"], out["cpu"]
+
+
+@pytest.mark.parametrize("frames,height", [(3, 6), (3, 12), (1, 8)])  # 640 x 3 x 6 = 11520: both sides of 20480
+def test_the_dry_run_gives_outputs_the_cpus_memory_format(frames, height):
+    """Known answers from real CPU tensors: a channels-last input keeps its format through a convolution oneDNN
+    runs (not through torch's own path) and a replication or reflection pad, where the meta kernels return
+    contiguous outputs, and elementwise ops; the counter's meta outputs have the CPU's strides."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 640, frames, height, 10).contiguous(memory_format=torch.channels_last_3d)
+    conv = nn.Conv3d(640, 8, 1)
+    with torch.no_grad():
+        meta_conv = nn.Conv3d(640, 8, 1, device="meta")
+    for fn in (lambda t: (conv if t.device.type == "cpu" else meta_conv)(t),
+               lambda t: torch.nn.functional.pad(t, (1, 1, 1, 1, 2, 0), mode="replicate"),
+               lambda t: torch.nn.functional.pad(t, (1, 1, 1, 1, 0, 0), mode="reflect"),
+               lambda t: torch.nn.functional.silu(t) + 1):
+        meta, cpu = _meta_and_cpu(fn, x)
+        assert meta == cpu
+
+
+def test_hunyuanvideo_15s_channels_last_convolutions_are_where_the_measurements_doubled():
+    """Campaign 15 measured HunyuanVideo 1.5's fp32 decode at 887-899 MiB at one frame and 160x96 x 9 (one copy
+    of its 864 MiB convolution weight) and 1761-1786 MiB at 128x128, 256x160 and 320x192 x 9 (two): the dry run
+    sees that convolution's input channels-last exactly at the latter (its attention's projection ran on oneDNN)."""
+    for w, h, f, last in ((128, 128, 1, 0), (160, 96, 9, 0), (128, 128, 9, 1), (256, 160, 9, 1)):
+        big = trace(TraceSpec("hunyuanvideo-1.5", "decode", "fp32", w, h, frames=f)).conv_inputs[0]
+        assert big[0] == 226_492_416 and big[5] == last, (w, h, f)

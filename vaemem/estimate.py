@@ -64,6 +64,7 @@ the dtypes measured) rather than a guess. The margin is already in the file.
 from __future__ import annotations
 
 import json
+import math
 import os as _os
 from collections.abc import Callable
 
@@ -412,16 +413,18 @@ def _check_structure(s: dict, where: str) -> None:
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
         law = lambda k: isinstance(k, list) and len(k) == 3 and all(_num(x) for x in k)  # noqa: E731
-        _need(bool(convs) and all(isinstance(c, list) and len(c) == 4 and type(c[0]) is int and c[0] > 0
-                                  and type(c[1]) is int and c[1] in (3, 4, 5)
-                                  and isinstance(c[2], list) and len(c[2]) == len(knots)
-                                  and all(k is None or law(k) for k in c[2])
-                                  and isinstance(c[3], list) and len(c[3]) == len(knots) and all(law(k) for k in c[3])
-                                  for c in convs)
+        rules = lambda v: isinstance(v, list) and len(v) == len(knots) and all(k is None or law(k) for k in v)  # noqa: E731
+        buffers = lambda v: isinstance(v, list) and len(v) == len(knots) and all(law(k) for k in v)  # noqa: E731
+        _need(bool(convs) and all(isinstance(c, list) and len(c) == 7 and type(c[0]) is int and c[0] > 0
+                                  and type(c[1]) is int and c[1] in (3, 4, 5) and rules(c[2]) and buffers(c[3])
+                                  and isinstance(c[4], list) and len(c[4]) == len(knots)
+                                  and all(t is None or (_num(t) and t >= -1) for t in c[4])
+                                  and rules(c[5]) and buffers(c[6]) for c in convs)
               and [c[0] for c in convs] == sorted((c[0] for c in convs), reverse=True),
               f"{where}.conv_transients", f"lists of [weight elements > 0, input rank 3-5, {len(knots)} rule laws "
-              f"(null: always on oneDNN, or [a, b, c]), {len(knots)} im2col laws [a, b, c]], the heaviest weight "
-              f"first", convs)
+              f"(null: always on oneDNN, or [a, b, c]), {len(knots)} im2col laws [a, b, c], {len(knots)} "
+              f"channels-last thresholds (null: never, or elements >= -1), the smallest call's rule and im2col "
+              f"laws], the heaviest weight first", convs)
     if "upper" in s:
         up = _field(s, "upper", where, "dict")
         _field(up, "area_from", f"{where}.upper", "int>0")
@@ -1568,29 +1571,36 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     buffer. ``s["conv_transients"]`` lists, heaviest weight first, each convolution's input rank, its rule's
     elements per knot as ``a x U + b x (width + height) / 2 + c`` (U: the frame's pixels for a 2-D input, its
     height for a 3-D one, whose width the rule does not read) and its buffer's elements in the same form in
-    pixels. Between knots linear in frames, past the last along its last segment (exact where a clip runs whole,
-    as LTX's, and in equal chunks, as Wan's); a knot that always copies makes its segments copy. ``batch``:
-    samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN."""
+    pixels, per knot the rule's elements above which its input is channels-last (None: never), where torch
+    copies the weight to channels-last before oneDNN reorders it: two copies, and the two laws of its smallest
+    call (torch decides call by call: where the largest runs on oneDNN, the smallest may hold a buffer). Between knots linear in frames, past
+    the last along its last segment (exact where a clip runs whole, as LTX's, and in equal chunks, as Wan's); a
+    knot that always copies makes its segments copy, and either knot's channels-last threshold applies to its
+    segments. ``batch``: samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN."""
     convs = s["conv_transients"]
-    if batch > 1:
-        return convs[0][0], 0.0
+    if batch > 1:  # every convolution on oneDNN, the copy doubled where any knot saw a channels-last input
+        return max(c[0] * (2 if any(t is not None for t in c[4]) else 1) for c in convs), 0.0
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
     copied, columns = 0, 0.0
-    for w, rank, rule, cols in convs:
-        lo, hi = rule[j], rule[i]
+    def law(laws: list, area: float) -> float:  # a law between the segment's knots (inf: always on oneDNN)
+        lo, hi = laws[j], laws[i]
         if lo is None or hi is None:
-            fires = True
+            return math.inf
+        a, b, c = (x + (y - x) * u for x, y in zip(lo, hi))
+        return a * area + b * half_perimeter + c
+
+    for w, rank, rule, cols, last, rule_min, cols_min in convs:
+        elements = law(rule, height if rank == 5 else pixels)
+        if elements > ONEDNN_MIN_ELEMENTS:
+            # a channels-last input: torch copies the weight to channels-last before oneDNN reorders it
+            doubled = any(t is not None and elements > t for t in (last[j], last[i]))
+            copied = max(copied, 2 * w if doubled else w)
+            if law(rule_min, height if rank == 5 else pixels) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
+                columns = max(columns, law(cols_min, pixels))
         else:
-            a, b, c = (x + (y - x) * u for x, y in zip(lo, hi))
-            fires = a * (height if rank == 5 else pixels) + b * half_perimeter + c > ONEDNN_MIN_ELEMENTS
-        if fires:
-            copied = max(copied, w)
-        else:
-            lo, hi = cols[j], cols[i]
-            a, b, c = (x + (y - x) * u for x, y in zip(lo, hi))
-            columns = max(columns, a * pixels + b * half_perimeter + c)
+            columns = max(columns, law(cols, pixels))
     return copied, columns
 
 

@@ -92,10 +92,12 @@ def read_cache(path: str | Path) -> dict[str, Any]:
             raise VaememError(f"{path}: entry {key}: split_convs must be lists of 8 positive integers")
         convs = e.get("conv_inputs", [])
         if not isinstance(convs, list) or not all(
-                isinstance(c, list) and len(c) == 5 and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
-                and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] in (0, 1) and c[4] >= 0 for c in convs):
+                isinstance(c, list) and len(c) == 8 and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
+                and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] in (0, 1) and c[4] >= 0 and c[5] in (0, 1)
+                and 0 < c[6] <= c[2] and 0 <= c[7] <= c[4] for c in convs):
             raise VaememError(f"{path}: entry {key}: conv_inputs must be lists of [weight elements, rank 3-5, "
-                              f"positive elements, 0 or 1, im2col elements >= 0]")
+                              f"positive elements, 0 or 1, im2col elements >= 0, channels-last 0 or 1, the fewest "
+                              f"elements (positive, at most the most), their im2col elements (at most the most)]")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         try:

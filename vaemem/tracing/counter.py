@@ -32,6 +32,72 @@ from torch.utils._pytree import tree_flatten
 _CONVOLUTION = torch.ops.aten.convolution.default
 
 
+_FAKE_CPU: Any = None  # one FakeTensorMode for every convolution's stride question (made on first use)
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    """Whether torch's ``suggest_memory_format`` calls ``t`` channels-last (what its convolution backends read)."""
+    from torch._prims_common import suggest_memory_format
+
+    return suggest_memory_format(t) in (torch.channels_last, torch.channels_last_3d)
+
+
+def _is_channels_last(t: object) -> bool:
+    """A 5-D tensor that is channels-last and not contiguous. Why not 4-D: there the answer turns on the stride of
+    a size-1 batch dim, which the meta device's elementwise kernels set otherwise than the CPU's (SD1.5's
+    attention output: (32, 1, 768, 32) on the CPU, not channels-last to its convolution, (12288, 1, 768, 32) on
+    the meta device), so a 2-D model's formats are left as the meta device gives them (contiguous)."""
+    return isinstance(t, torch.Tensor) and t.dim() == 5 and not t.is_contiguous() and _channels_last(t)
+
+
+def _any_channels_last(args: Any, kwargs: Any) -> bool:
+    """Whether an op's tensor arguments include a channels-last one."""
+    return any(_is_channels_last(t) for t in tree_flatten((args, kwargs))[0])
+
+
+def _channels_last_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides of a dense channels-last tensor of ``t``'s shape."""
+    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+    return torch.empty(t.shape, device="meta").contiguous(memory_format=fmt).stride()
+
+
+# Ops whose CPU kernels give a channels-last input's format to their (first) output, where their meta kernels
+# give a contiguous one (checked on real CPU tensors by the tests); elementwise ops, cat, interpolation and the
+# constant pad already agree on the meta device (TensorIterator's rule is the device's own).
+# constant pad already agree on the meta device (TensorIterator's rule is the device's own). Not followed: a group
+# norm of a channels-last input, which the CPU keeps channels-last where torch's C++ suggest_memory_format says so
+# and the meta device copies to contiguous first (the strides of size-1 dims differ between the two by then,
+# so the question cannot be answered on the meta device alone).
+_KEEPS_FORMAT_ON_CPU = {getattr(torch.ops.aten, n).default for n in (
+    "replication_pad1d", "replication_pad2d", "replication_pad3d", "reflection_pad1d", "reflection_pad2d",
+    "reflection_pad3d")}
+
+
+def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
+    """``out`` of a meta op whose input is channels-last, with the strides the CPU gives it. Why: the meta kernels
+    know no backend, and some return contiguous outputs where the CPU keeps a channels-last input's format: a
+    convolution that oneDNN runs (decided by torch's own rule, its meta function run on fake CPU tensors, about 1
+    ms), a replication or reflection pad. HunyuanVideo 1.5's attention permutes its output to
+    channels-last, and on the CPU every convolution after it then runs channels-last where its 1x1 projection ran
+    on oneDNN, copying its weight twice (the dry run saw none of it)."""
+    global _FAKE_CPU
+    if func is _CONVOLUTION:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        if _FAKE_CPU is None:
+            _FAKE_CPU = FakeTensorMode()
+        with _FAKE_CPU:
+            fake = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cpu")
+                    if isinstance(a, torch.Tensor) else a for a in args]
+            want = _CONVOLUTION(*fake).stride()
+    elif func in _KEEPS_FORMAT_ON_CPU:
+        want = _channels_last_strides(out)
+    else:
+        return out
+    # the same storage seen with other strides (a dense tensor's bytes are the same in either format)
+    return out if tuple(out.stride()) == tuple(want) else out.as_strided(out.shape, want)
+
+
 def is_attention(module: nn.Module) -> bool:
     """An attention module of a diffusers VAE, by its class name: ``Attention``, ``WanAttentionBlock``,
     ``HunyuanVideo15AttnBlock``, ``SanaMultiscaleLinearAttention``, ..."""
@@ -42,8 +108,9 @@ def is_attention(module: nn.Module) -> bool:
 class LiveBytes(TorchDispatchMode):
     """Peak of live tensor bytes while active; ``where`` is the module stack at the peak."""
 
-    def __init__(self, names: dict[int, str] | None = None) -> None:
+    def __init__(self, names: dict[int, str] | None = None, cpu_strides: bool = False) -> None:
         super().__init__()
+        self.cpu_strides = cpu_strides  # on the meta device: give outputs the CPU's strides (_as_on_cpu)
         self.names = names or {}  # id(module) -> qualified name
         self.live: dict[int, int] = {}  # storage address (its C pointer) -> counted bytes
         self.baseline: set[int] = set()  # storages that existed before: weights, buffers, the input
@@ -55,7 +122,8 @@ class LiveBytes(TorchDispatchMode):
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
-        # (weight elements, input rank) -> [elements the rule reads, always, im2col columns]
+        # (weight elements, input rank) -> [the most elements the rule read, always, the largest im2col buffer,
+        # channels-last, the fewest elements the rule read, that call's buffer]
         self.convs: dict[tuple[int, int], list[int]] = {}
 
     # -- module stack -------------------------------------------------------------------------------------------
@@ -124,9 +192,10 @@ class LiveBytes(TorchDispatchMode):
         self.current -= self.live.pop(key, 0)
         self._refs.pop(key, None)
 
-    def _conv(self, args: Any, out: Any) -> None:
+    def _conv(self, args: Any, out: Any) -> Any:
         """Record one ``aten.convolution`` call's input as torch 2.13's fp32 ``use_mkldnn`` rule sees it (on more
-        than one thread, where its 1x1 clause always holds; no zoo model has a transposed convolution)."""
+        than one thread, where its 1x1 clause always holds; no zoo model has a transposed convolution), and
+        whether it is channels-last; return its output."""
         x, w, groups = args[0], args[1], args[8]
         s = x.shape if x.dim() >= 4 else (x.shape[0], x.shape[1], 1, x.shape[2])  # torch views a 1-D one as 2-D
         n = s[0] * s[1] * s[2] * s[3]
@@ -135,13 +204,31 @@ class LiveBytes(TorchDispatchMode):
         # im2col's buffer where oneDNN does not run it: a sample's input channels x kernel x output positions (a
         # 1x1 kernel reads its input in place)
         columns = 0 if volume == 1 else w.shape[1] * volume * out[0, 0].numel()
-        seen = self.convs.setdefault((w.numel(), x.dim()), [0, 0, 0])
+        # a channels-last input (or weight) on oneDNN: torch makes a channels-last copy of the weight before
+        # oneDNN reorders it, two copies for the call (864 MiB -> 1735 MiB resident, benchmarks/cpu_conv_transients.py)
+        last = int(_is_channels_last(x) or _is_channels_last(w))
+        seen = self.convs.get((w.numel(), x.dim()))
+        if seen is None:
+            self.convs[(w.numel(), x.dim())] = [n, always, columns, last, n, columns]
+            return out
         seen[0], seen[1], seen[2] = max(seen[0], n), max(seen[1], always), max(seen[2], columns)
+        seen[3] = max(seen[3], last)
+        # the smallest call too, with its buffer: torch decides call by call, and where the largest runs on oneDNN
+        # a smaller one may stay on im2col (Wan's first chunk of 3 frames against the later ones of 6; CogVideoX's
+        # convolutions at two resolutions): its buffer is a transient the largest call's record would lose
+        if n < seen[4]:
+            seen[4], seen[5] = n, columns
+        elif n == seen[4]:
+            seen[5] = max(seen[5], columns)
+        return out
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if self.cpu_strides and (func is _CONVOLUTION or func in _KEEPS_FORMAT_ON_CPU) \
+                and _any_channels_last(args, kwargs):
+            out = _as_on_cpu(func, args, kwargs or {}, out)
         if func is _CONVOLUTION:
-            self._conv(args, out)
+            out = self._conv(args, out)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)

@@ -228,7 +228,7 @@ def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
     m, rank_cols = len(a), []
     for j in range(n):
         k = len(rank_cols)  # the next row of R
-        norm = math.sqrt(math.fsum(a[i][j] ** 2 for i in range(k, m)))
+        norm = math.sqrt(math.fsum(a[i][j] * a[i][j] for i in range(k, m)))  # x * x: pow may round differently by libm
         if norm <= 1e-12 or k >= m:  # no new direction: this coefficient is 0
             continue
         alpha = -norm if a[k][j] > 0 else norm
@@ -448,29 +448,43 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> l
     ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight and
     input rank, heaviest first, at each knot the input elements torch's oneDNN rule reads (:func:`_affine` of
     rank 5 for a 3-D input, N x C x depth x height, the width not among them; else of the frame's pixels), or None
-    where a clause that ignores the size held (or the input is 1-D), and the elements of its im2col buffer
-    (:func:`_affine` in the frame's pixels). Why affine, not per unit: LTX-2's decoder pads its latent by a row on
-    each side before the convolution (one frame at 128 px reads 18432 elements, 144 per row, at 64 px 192 per
-    row: a ratio through 64 px would have copied at 128 px a 432 MiB weight oneDNN never held)."""
-    per: dict[tuple[int, int], tuple[dict, dict]] = {}  # (weight, rank) -> (knot -> side -> elements or None,
-    for (w, h, fr, _), calls in convs.items():  # knot -> side -> columns)
-        i = knots.index(fr)
-        for weight, rank, elements, always, columns in calls:
-            rule, cols = per.setdefault((weight, rank), ({}, {}))
-            if always or rank == 3 or (i in rule and rule[i] is None):
-                rule[i] = None
-            else:
-                at = rule.setdefault(i, {})
-                at[h] = max(at.get(h, 0), elements)
-            at = cols.setdefault(i, {})
-            at[h] = max(at.get(h, 0), columns)
+    where a clause that ignores the size held (or the input is 1-D), the elements of its im2col buffer
+    (:func:`_affine` in the frame's pixels), where its input is channels-last (:func:`_channels_last_from`), and
+    the same two laws of its smallest call (torch decides call by call). Why affine, not per unit: LTX-2's
+    decoder pads its latent by a row on each side before the convolution (one frame at 128 px reads 18432
+    elements, 144 per row, at 64 px 192 per row: a ratio through 64 px would have copied at 128 px a 432 MiB
+    weight oneDNN never held)."""
+    # (weight, rank) -> knot -> side -> the record (square sizes: one per side)
+    per: dict[tuple[int, int], dict[int, dict[int, list[int]]]] = {}
+    for (w, h, fr, _), calls in convs.items():
+        for weight, rank, *rec in calls:
+            per.setdefault((weight, rank), {}).setdefault(knots.index(fr), {})[h] = rec
     out = []
     none = [0.0, 0.0, 0.0]  # at a knot where the convolution does not run (Wan's 2-D ones run at one frame only)
-    for (weight, rank), (rule, cols) in sorted(per.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
-        out.append([weight, rank, [(None if rule[i] is None else _affine(rule[i], rank)) if i in rule else none
-                                   for i in range(len(knots))],
-                    [_affine(cols[i], 4) if i in cols else none for i in range(len(knots))]])
+    for (weight, rank), at in sorted(per.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
+        def laws(field: int, rule: bool) -> list[Any]:  # per knot: None where the rule never reads the size
+            return [none if i not in at else None if rule and (rank == 3 or any(r[1] for r in at[i].values()))
+                    else _affine({h: r[field] for h, r in at[i].items()}, rank if rule else 4)
+                    for i in range(len(knots))]
+        out.append([weight, rank, laws(0, True), laws(2, False),
+                    [_channels_last_from({h: (-1 if r[1] or rank == 3 else r[0], r[3]) for h, r in at[i].items()})
+                     if i in at else None for i in range(len(knots))],
+                    laws(4, True), laws(5, False)])
     return out
+
+
+def _channels_last_from(seen: dict[int, tuple[int, int]]) -> int | None:
+    """Where a convolution's input is channels-last at one knot (which doubles oneDNN's weight copy), from the
+    grid's dry runs (side -> (elements the rule read, -1 where it always runs on oneDNN; channels-last)): None where
+    no dry run's was, else the rule's elements above which it is taken to be: the most any smaller dry run read
+    without it (-1: at every size). Why a threshold in the convolution's own elements: the format comes from an
+    earlier convolution's path (HunyuanVideo 1.5's attention projection keeps its channels-last output only where
+    oneDNN runs it, at 128x128 x 9 frames and not at 160x96), and both grow with the frame. An upper bound between
+    the grid's sizes."""
+    on = [e for e, last in seen.values() if last]
+    if not on:
+        return None
+    return max([e for e, last in seen.values() if not last and e < min(on)], default=-1)
 
 
 def _milli_up(x: float) -> float:

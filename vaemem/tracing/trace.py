@@ -102,8 +102,10 @@ class TraceResult:
     right after a call of it). ``conv_inputs``: per convolution weight, (its elements, its input's rank, the most
     elements torch's fp32 oneDNN rule read of its input, N x C x the next two dims, and 1 where a clause that
     ignores the size held: groups, kernel or N > 1, and the elements of its im2col buffer: a sample's input channels
-    x kernel x output positions, 0 for a 1x1 kernel), the heaviest weight first: where oneDNN runs it, it holds a
-    copy of the weight, where it does not, the buffer (:func:`vaemem.estimate.conv_transient_bytes`)."""
+    x kernel x output positions, 0 for a 1x1 kernel, 1 where a call's input or weight was channels-last, which
+    makes oneDNN's copy two, and the fewest elements a call read with that call's buffer: torch decides call by
+    call), the heaviest weight first: where oneDNN runs it, it holds a copy of the weight, where
+    it does not, the buffer (:func:`vaemem.estimate.conv_transient_bytes`)."""
 
     spec: TraceSpec
     peak_bytes: int
@@ -112,7 +114,7 @@ class TraceResult:
     peak_module: str
     attention_peak_bytes: int
     split_convs: tuple[tuple[int, ...], ...]
-    conv_inputs: tuple[tuple[int, int, int, int, int], ...]
+    conv_inputs: tuple[tuple[int, ...], ...]
     replayed_calls: int
     wall_s: float
     torch_version: str
@@ -534,7 +536,7 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
 
             stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
         names = {id(m): n or type(model).__name__ for n, m in model.named_modules()}
-        counter = LiveBytes(names)
+        counter = LiveBytes(names, cpu_strides=x.device.type == "meta")
         counter.exclude([*model.parameters(), *model.buffers(), x])
         stack.enter_context(torch.no_grad())
         replays = stack.enter_context(_replaying(model, counter)) if replay else []
@@ -555,7 +557,7 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
         del out
     return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak),
                        tuple(map(tuple, split_calls)),
-                       tuple(sorted(((w, r, n, a, c) for (w, r), (n, a, c) in counter.convs.items()), reverse=True)),
+                       tuple(sorted(((w, r, *rec) for (w, r), rec in counter.convs.items()), reverse=True)),
                        replayed, round(time.perf_counter() - t0, 3), torch.__version__,
                        diffusers.__version__)
 
