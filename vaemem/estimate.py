@@ -413,8 +413,9 @@ def _check_structure(s: dict, where: str) -> None:
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
         law = lambda k: isinstance(k, list) and len(k) == 3 and all(_num(x) for x in k)  # noqa: E731
-        rules = lambda v: isinstance(v, list) and len(v) == len(knots) and all(k is None or law(k) for k in v)  # noqa: E731
-        buffers = lambda v: isinstance(v, list) and len(v) == len(knots) and all(law(k) for k in v)  # noqa: E731
+        per_knot = lambda v, ok: isinstance(v, list) and len(v) == len(knots) and all(ok(k) for k in v)  # noqa: E731
+        rules = lambda v: per_knot(v, lambda k: k is None or law(k))  # noqa: E731
+        buffers = lambda v: per_knot(v, law)  # noqa: E731
         _need(bool(convs) and all(isinstance(c, list) and len(c) == 7 and type(c[0]) is int and c[0] > 0
                                   and type(c[1]) is int and c[1] in (3, 4, 5) and rules(c[2]) and buffers(c[3])
                                   and isinstance(c[4], list) and len(c[4]) == len(knots)
@@ -1573,8 +1574,8 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     height for a 3-D one, whose width the rule does not read) and its buffer's elements in the same form in
     pixels, per knot the rule's elements above which its input is channels-last (None: never), where torch
     copies the weight to channels-last before oneDNN reorders it: two copies, and the two laws of its smallest
-    call (torch decides call by call: where the largest runs on oneDNN, the smallest may hold a buffer). Between knots linear in frames, past
-    the last along its last segment (exact where a clip runs whole, as LTX's, and in equal chunks, as Wan's); a
+    call (torch decides call by call: where the largest runs on oneDNN, the smallest may hold a buffer). Between
+    knots linear in frames, past the last along its last segment (exact where a clip runs whole, as LTX's, and in equal chunks, as Wan's); a
     knot that always copies makes its segments copy, and either knot's channels-last threshold applies to its
     segments. ``batch``: samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN."""
     convs = s["conv_transients"]
@@ -1584,6 +1585,7 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
     copied, columns = 0, 0.0
+
     def law(laws: list, area: float) -> float:  # a law between the segment's knots (inf: always on oneDNN)
         lo, hi = laws[j], laws[i]
         if lo is None or hi is None:
@@ -1592,16 +1594,23 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
         return a * area + b * half_perimeter + c
 
     for w, rank, rule, cols, last, rule_min, cols_min in convs:
-        elements = law(rule, height if rank == 5 else pixels)
+        read = height if rank == 5 else pixels  # what the rule's law is in: a 3-D input's width is not read
+        elements = law(rule, read)
         if elements > ONEDNN_MIN_ELEMENTS:
             # a channels-last input: torch copies the weight to channels-last before oneDNN reorders it
             doubled = any(t is not None and elements > t for t in (last[j], last[i]))
             copied = max(copied, 2 * w if doubled else w)
-            if law(rule_min, height if rank == 5 else pixels) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
+            if law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
                 columns = max(columns, law(cols_min, pixels))
         else:
             columns = max(columns, law(cols, pixels))
     return copied, columns
+
+
+def _priced_by_rule(s: dict | None, dtype: str, tiled: bool) -> bool:
+    """Whether a request's convolution transient follows torch's rule (:func:`conv_transient_elements`): untiled
+    fp32 with an untiled structure ``s`` that lists its convolutions; else the largest copy prices it."""
+    return dtype == "fp32" and not tiled and s is not None and "conv_transients" in s
 
 
 def conv_transient_bytes(m: dict, s: dict | None, op: str, dtype: str, backend: str, width: int, height: int,
@@ -1614,7 +1623,7 @@ def conv_transient_bytes(m: dict, s: dict | None, op: str, dtype: str, backend: 
     ``WEIGHT_COPY_BACKENDS``."""
     if backend not in WEIGHT_COPY_BACKENDS:
         return 0
-    if dtype == "fp32" and not tiled and s is not None and "conv_transients" in s:
+    if _priced_by_rule(s, dtype, tiled):
         copied, columns = conv_transient_elements(s, width, height, batch, frames)
         return int(max(copied, columns) * ELEMENT_SIZE[dtype])
     return weight_copy_bytes(m["largest_conv_parameters"][op], dtype, backend)
@@ -1746,7 +1755,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
 def _copy_says(plan: _Plan, tile: object) -> str:
     """Which weight copy a reason names: by torch's rule, or the largest (half precision, tiles, no rule data)."""
     s, _, _, dtype, _ = plan.copy  # type: ignore[misc]
-    if dtype == "fp32" and tile is None and s is not None and "conv_transients" in s:
+    if _priced_by_rule(s, dtype, tile is not None):
         return "what a convolution holds at this size (a weight copy or an im2col buffer, by torch's oneDNN rule)"
     return "the copy of its largest convolution's weight"
 

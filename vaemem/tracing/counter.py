@@ -15,7 +15,9 @@ It also keeps, per convolution weight (elements, input rank), the largest input 
 reads in fp32 (N x C x the next two dims) and whether a clause that ignores the size holds (groups > 1, a kernel
 larger than 3 in both inner dims, N > 1), and the elements of the im2col buffer torch's own path would hold:
 where oneDNN runs a convolution it holds a reordered copy of the weight, where it does not the buffer, and no dry
-run sees either (``vaemem.estimate.conv_transient_bytes``).
+run sees either (``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
+On the meta device (``cpu_strides``) it gives 5-D convolutions' and pads' outputs the strides the CPU gives them
+(:func:`_as_on_cpu`), so that format is followed as the CPU follows it.
 """
 
 from __future__ import annotations
@@ -35,19 +37,16 @@ _CONVOLUTION = torch.ops.aten.convolution.default
 _FAKE_CPU: Any = None  # one FakeTensorMode for every convolution's stride question (made on first use)
 
 
-def _channels_last(t: torch.Tensor) -> bool:
-    """Whether torch's ``suggest_memory_format`` calls ``t`` channels-last (what its convolution backends read)."""
-    from torch._prims_common import suggest_memory_format
-
-    return suggest_memory_format(t) in (torch.channels_last, torch.channels_last_3d)
-
-
 def _is_channels_last(t: object) -> bool:
-    """A 5-D tensor that is channels-last and not contiguous. Why not 4-D: there the answer turns on the stride of
+    """A 5-D tensor that torch's ``suggest_memory_format`` (what its convolution backends read) calls
+    channels-last, and not contiguous. Why not 4-D: there the answer turns on the stride of
     a size-1 batch dim, which the meta device's elementwise kernels set otherwise than the CPU's (SD1.5's
     attention output: (32, 1, 768, 32) on the CPU, not channels-last to its convolution, (12288, 1, 768, 32) on
     the meta device), so a 2-D model's formats are left as the meta device gives them (contiguous)."""
-    return isinstance(t, torch.Tensor) and t.dim() == 5 and not t.is_contiguous() and _channels_last(t)
+    from torch._prims_common import suggest_memory_format
+
+    return isinstance(t, torch.Tensor) and t.dim() == 5 and not t.is_contiguous() \
+        and suggest_memory_format(t) == torch.channels_last_3d
 
 
 def _any_channels_last(args: Any, kwargs: Any) -> bool:
@@ -55,22 +54,13 @@ def _any_channels_last(args: Any, kwargs: Any) -> bool:
     return any(_is_channels_last(t) for t in tree_flatten((args, kwargs))[0])
 
 
-def _channels_last_strides(t: torch.Tensor) -> tuple[int, ...]:
-    """The strides of a dense channels-last tensor of ``t``'s shape."""
-    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
-    return torch.empty(t.shape, device="meta").contiguous(memory_format=fmt).stride()
-
-
-# Ops whose CPU kernels give a channels-last input's format to their (first) output, where their meta kernels
-# give a contiguous one (checked on real CPU tensors by the tests); elementwise ops, cat, interpolation and the
-# constant pad already agree on the meta device (TensorIterator's rule is the device's own).
-# constant pad already agree on the meta device (TensorIterator's rule is the device's own). Not followed: a group
-# norm of a channels-last input, which the CPU keeps channels-last where torch's C++ suggest_memory_format says so
+# Ops whose CPU kernels give a channels-last input's format to their output, where their meta kernels give a
+# contiguous one (checked on real CPU tensors by the tests; 5-D only, as _is_channels_last); elementwise ops, cat,
+# interpolation and the constant pad already agree on the meta device (TensorIterator's rule is the device's own).
+# Not followed: a group norm of a channels-last input, which the CPU keeps channels-last where torch's C++ suggest_memory_format says so
 # and the meta device copies to contiguous first (the strides of size-1 dims differ between the two by then,
 # so the question cannot be answered on the meta device alone).
-_KEEPS_FORMAT_ON_CPU = {getattr(torch.ops.aten, n).default for n in (
-    "replication_pad1d", "replication_pad2d", "replication_pad3d", "reflection_pad1d", "reflection_pad2d",
-    "reflection_pad3d")}
+_KEEPS_FORMAT_ON_CPU = {torch.ops.aten.replication_pad3d.default, torch.ops.aten.reflection_pad3d.default}
 
 
 def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
@@ -91,7 +81,7 @@ def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
                     if isinstance(a, torch.Tensor) else a for a in args]
             want = _CONVOLUTION(*fake).stride()
     elif func in _KEEPS_FORMAT_ON_CPU:
-        want = _channels_last_strides(out)
+        want = torch.empty(out.shape, device="meta").contiguous(memory_format=torch.channels_last_3d).stride()
     else:
         return out
     # the same storage seen with other strides (a dense tensor's bytes are the same in either format)
@@ -192,10 +182,10 @@ class LiveBytes(TorchDispatchMode):
         self.current -= self.live.pop(key, 0)
         self._refs.pop(key, None)
 
-    def _conv(self, args: Any, out: Any) -> Any:
+    def _conv(self, args: Any, out: Any) -> None:
         """Record one ``aten.convolution`` call's input as torch 2.13's fp32 ``use_mkldnn`` rule sees it (on more
         than one thread, where its 1x1 clause always holds; no zoo model has a transposed convolution), and
-        whether it is channels-last; return its output."""
+        whether it is channels-last."""
         x, w, groups = args[0], args[1], args[8]
         s = x.shape if x.dim() >= 4 else (x.shape[0], x.shape[1], 1, x.shape[2])  # torch views a 1-D one as 2-D
         n = s[0] * s[1] * s[2] * s[3]
@@ -205,12 +195,12 @@ class LiveBytes(TorchDispatchMode):
         # 1x1 kernel reads its input in place)
         columns = 0 if volume == 1 else w.shape[1] * volume * out[0, 0].numel()
         # a channels-last input (or weight) on oneDNN: torch makes a channels-last copy of the weight before
-        # oneDNN reorders it, two copies for the call (864 MiB -> 1735 MiB resident, benchmarks/cpu_conv_transients.py)
+        # oneDNN reorders it, two copies for the call (benchmarks/cpu_conv_transients.py: 864.6 -> 1727.8 MiB)
         last = int(_is_channels_last(x) or _is_channels_last(w))
         seen = self.convs.get((w.numel(), x.dim()))
         if seen is None:
             self.convs[(w.numel(), x.dim())] = [n, always, columns, last, n, columns]
-            return out
+            return
         seen[0], seen[1], seen[2] = max(seen[0], n), max(seen[1], always), max(seen[2], columns)
         seen[3] = max(seen[3], last)
         # the smallest call too, with its buffer: torch decides call by call, and where the largest runs on oneDNN
@@ -220,7 +210,6 @@ class LiveBytes(TorchDispatchMode):
             seen[4], seen[5] = n, columns
         elif n == seen[4]:
             seen[5] = max(seen[5], columns)
-        return out
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -228,7 +217,7 @@ class LiveBytes(TorchDispatchMode):
                 and _any_channels_last(args, kwargs):
             out = _as_on_cpu(func, args, kwargs or {}, out)
         if func is _CONVOLUTION:
-            out = self._conv(args, out)
+            self._conv(args, out)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)
