@@ -10,7 +10,9 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                 "attention_peak_bytes": N (math-path entries only),
                                                 "split_convs": [[B, C, T, H, W, kernel, out, live], ...]
                                                 (where any ran),
-                                                "conv_inputs": [[weight elements, rank, elements, always, columns], ...]
+                                                "conv_inputs": [[weight elements, rank, in channels, kernel volume,
+                                                                 elements, always, columns, channels-last,
+                                                                 fewest elements, their columns], ...]
                                                 (fp32, untiled, fused entries)}}}
 """
 
@@ -28,6 +30,7 @@ from vaemem.tracing.trace import TraceResult, TraceSpec
 
 CACHE_SCHEMA_VERSION = 1
 DEFAULT_CACHE = Path("fits/traces.json")
+CONV_INPUT_FIELDS = 10  # a conv_inputs record's length (an entry of an older vaemem's shorter record is re-run)
 ENTRY_FIELDS = {"spec": dict, "peak_bytes": int, "output_bytes": int, "input_bytes": int, "peak_module": str}
 
 
@@ -41,7 +44,7 @@ def keeps_conv_inputs(spec: TraceSpec) -> bool:
 def complete(entry: dict[str, Any]) -> bool:
     """Whether a cached entry holds every field this vaemem records for it (a resumed ``trace --zoo`` re-runs
     the others)."""
-    return all(len(c) == 5 for c in entry.get("conv_inputs", [[0] * 4])) if keeps_conv_inputs(
+    return all(len(c) == CONV_INPUT_FIELDS for c in entry.get("conv_inputs", [[]])) if keeps_conv_inputs(
         TraceSpec.from_dict(entry["spec"])) else True
 
 
@@ -92,12 +95,15 @@ def read_cache(path: str | Path) -> dict[str, Any]:
             raise VaememError(f"{path}: entry {key}: split_convs must be lists of 8 positive integers")
         convs = e.get("conv_inputs", [])
         if not isinstance(convs, list) or not all(
-                isinstance(c, list) and len(c) == 8 and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
-                and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] in (0, 1) and c[4] >= 0 and c[5] in (0, 1)
-                and 0 < c[6] <= c[2] and 0 <= c[7] <= c[4] for c in convs):
-            raise VaememError(f"{path}: entry {key}: conv_inputs must be lists of [weight elements, rank 3-5, "
-                              f"positive elements, 0 or 1, im2col elements >= 0, channels-last 0 or 1, the fewest "
-                              f"elements (positive, at most the most), their im2col elements (at most the most)]")
+                isinstance(c, list) and len(c) == CONV_INPUT_FIELDS
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
+                and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] > 0 and c[0] % (c[2] * c[3]) == 0
+                and c[4] > 0 and c[5] in (0, 1) and c[6] >= 0 and c[7] in (0, 1)
+                and 0 < c[8] <= c[4] and 0 <= c[9] <= c[6] for c in convs):
+            raise VaememError(f"{path}: entry {key}: conv_inputs must be lists of [weight elements, rank 3-5, input "
+                              f"channels and kernel volume (positive, dividing the weight), positive elements, 0 or "
+                              f"1, im2col elements >= 0, channels-last 0 or 1, the fewest elements (positive, at "
+                              f"most the most), their im2col elements (at most the most)]")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         try:

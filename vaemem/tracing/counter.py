@@ -114,7 +114,7 @@ class LiveBytes(TorchDispatchMode):
         self._hooks: list[Any] = []
         # (weight elements, input rank) -> [the most elements the rule read, always, the largest im2col buffer,
         # channels-last, the fewest elements the rule read, that call's buffer]
-        self.convs: dict[tuple[int, int], list[int]] = {}
+        self.convs: dict[tuple[int, int, int, int], list[int]] = {}
 
     # -- module stack -------------------------------------------------------------------------------------------
     def _pre(self, module: nn.Module, args: Any) -> None:
@@ -197,9 +197,13 @@ class LiveBytes(TorchDispatchMode):
         # a channels-last input (or weight) on oneDNN: torch makes a channels-last copy of the weight before
         # oneDNN reorders it, two copies for the call (benchmarks/cpu_conv_transients.py: 864.6 -> 1727.8 MiB)
         last = int(_is_channels_last(x) or _is_channels_last(w))
-        seen = self.convs.get((w.numel(), x.dim()))
+        # one record per convolution weight's shape, not its size: LTX-2's decoder has a 1024->1024 and a 512->2048
+        # convolution of 28.3 M parameters each, whose inputs grow by different laws; merged, the larger of the two
+        # fitted as one law put the first on oneDNN at 160x96 x 9 frames (a 108 MiB copy torch never made)
+        ident = (w.numel(), x.dim(), w.shape[1], volume)
+        seen = self.convs.get(ident)
         if seen is None:
-            self.convs[(w.numel(), x.dim())] = [n, always, columns, last, n, columns]
+            self.convs[ident] = [n, always, columns, last, n, columns]
             return
         seen[0], seen[1], seen[2] = max(seen[0], n), max(seen[1], always), max(seen[2], columns)
         seen[3] = max(seen[3], last)

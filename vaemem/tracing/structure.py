@@ -445,8 +445,8 @@ def _affine(e: dict[int, int], rank: int) -> list[float]:
 
 def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> list[list[Any]]:
     """The structure's ``conv_transients`` (:func:`vaemem.estimate.conv_transient_bytes`) from the dry runs'
-    ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight and
-    input rank, heaviest first, at each knot the input elements torch's oneDNN rule reads (:func:`_affine` of
+    ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight's shape
+    (two of one size grow by different laws), heaviest first, at each knot the input elements torch's oneDNN rule reads (:func:`_affine` of
     rank 5 for a 3-D input, N x C x depth x height, the width not among them; else of the frame's pixels), or None
     where a clause that ignores the size held (or the input is 1-D), the elements of its im2col buffer
     (:func:`_affine` in the frame's pixels), where its input is channels-last (:func:`_channels_last_from`), and
@@ -454,14 +454,14 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> l
     decoder pads its latent by a row on each side before the convolution (one frame at 128 px reads 18432
     elements, 144 per row, at 64 px 192 per row: a ratio through 64 px would have copied at 128 px a 432 MiB
     weight oneDNN never held)."""
-    # (weight, rank) -> knot -> side -> the record (square sizes: one per side)
-    per: dict[tuple[int, int], dict[int, dict[int, list[int]]]] = {}
+    # (weight, rank, input channels, kernel volume) -> knot -> side -> the record (square sizes: one per side)
+    per: dict[tuple[int, int, int, int], dict[int, dict[int, list[int]]]] = {}
     for (w, h, fr, _), calls in convs.items():
-        for weight, rank, *rec in calls:
-            per.setdefault((weight, rank), {}).setdefault(knots.index(fr), {})[h] = rec
+        for weight, rank, channels, volume, *rec in calls:
+            per.setdefault((weight, rank, channels, volume), {}).setdefault(knots.index(fr), {})[h] = rec
     out = []
     none = [0.0, 0.0, 0.0]  # at a knot where the convolution does not run (Wan's 2-D ones run at one frame only)
-    for (weight, rank), at in sorted(per.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
+    for (weight, rank, *_), at in sorted(per.items(), key=lambda kv: tuple(-x for x in kv[0])):
         def laws(field: int, rule: bool) -> list[Any]:  # per knot: None where the rule never reads the size
             return [none if i not in at else None if rule and (rank == 3 or any(r[1] for r in at[i].values()))
                     else _affine({h: r[field] for h, r in at[i].items()}, rank if rule else 4)

@@ -99,8 +99,8 @@ class TraceResult:
     an attention module ran (0 where none did): on the math path the score matrix lives only there.
     ``split_convs``: each distinct call of a size-triggered split convolution, in the order of first calls, as
     (batch, channels, frames, height, width of its input, temporal kernel, output elements, the most live bytes
-    right after a call of it). ``conv_inputs``: per convolution weight, (its elements, its input's rank, the most
-    elements torch's fp32 oneDNN rule read of its input, N x C x the next two dims, and 1 where a clause that
+    right after a call of it). ``conv_inputs``: per convolution weight's shape, (its elements, its input's rank, its
+    input channels, its kernel's volume, the most elements torch's fp32 oneDNN rule read of its input, N x C x the next two dims, and 1 where a clause that
     ignores the size held: groups, kernel or N > 1, and the elements of its im2col buffer: a sample's input channels
     x kernel x output positions, 0 for a 1x1 kernel, 1 where a call's input or weight was channels-last, which
     makes oneDNN's copy two, and the fewest elements a call read with that call's buffer: torch decides call by
@@ -557,7 +557,7 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
         del out
     return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak),
                        tuple(map(tuple, split_calls)),
-                       tuple(sorted(((w, r, *rec) for (w, r), rec in counter.convs.items()), reverse=True)),
+                       tuple(sorted(((*ident, *rec) for ident, rec in counter.convs.items()), reverse=True)),
                        replayed, round(time.perf_counter() - t0, 3), torch.__version__,
                        diffusers.__version__)
 
