@@ -412,7 +412,9 @@ def _check_structure(s: dict, where: str) -> None:
         _field(s, "area_min", where, "int>=0")
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
-        law = lambda k: isinstance(k, list) and len(k) == 3 and all(_num(x) for x in k)  # noqa: E731
+        # a law grows with the size (its constant may be below zero: the slopes are rounded up)
+        law = lambda k: isinstance(k, list) and len(k) == 3 and all(_num(x) for x in k) \
+            and k[0] >= 0 and k[1] >= 0  # noqa: E731
         per_knot = lambda v, ok: isinstance(v, list) and len(v) == len(knots) and all(ok(k) for k in v)  # noqa: E731
         rules = lambda v: per_knot(v, lambda k: k is None or law(k))  # noqa: E731
         buffers = lambda v: per_knot(v, law)  # noqa: E731
@@ -423,7 +425,7 @@ def _check_structure(s: dict, where: str) -> None:
                                   and rules(c[5]) and buffers(c[6]) for c in convs)
               and [c[0] for c in convs] == sorted((c[0] for c in convs), reverse=True),
               f"{where}.conv_transients", f"lists of [weight elements > 0, input rank 3-5, {len(knots)} rule laws "
-              f"(null: always on oneDNN, or [a, b, c]), {len(knots)} im2col laws [a, b, c], {len(knots)} "
+              f"(null: always on oneDNN, or [a >= 0, b >= 0, c]), {len(knots)} im2col laws [a >= 0, b >= 0, c], {len(knots)} "
               f"channels-last thresholds (null: never, or elements >= -1), the smallest call's rule and im2col "
               f"laws], the heaviest weight first", convs)
     if "upper" in s:
