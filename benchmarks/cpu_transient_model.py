@@ -53,9 +53,9 @@ def transient_bytes(args: tuple, out) -> int:
     return x.shape[1] * volume * out[0, 0].numel() * x.element_size()
 
 
-def _patch() -> None:
-    """Make every dry run count the transients: a counter that bumps by them after each convolution and also
-    keeps the plain peak."""
+def _patch(transient=transient_bytes) -> None:
+    """Make every dry run of this process count the transients (``transient(args, out)`` bytes, bumped during
+    each convolution) and keep the plain peak beside (``LAST[0].plain_peak``)."""
     import torch
 
     from vaemem.tracing import counter
@@ -75,7 +75,7 @@ def _patch() -> None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = super().__torch_dispatch__(func, types, args, kwargs)
             if func is conv:
-                self.bump(transient_bytes(args, out), self._stack[-1] if self._stack else "(top level)")
+                self.bump(transient(args, out), self._stack[-1] if self._stack else "(top level)")
             return out
 
     counter.LiveBytes = WithTransients

@@ -36,7 +36,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "scratch" / "transient_excess.json"
 MARGIN = 0.05
-LAST: list = [None]  # the counter of the dry run in progress (one per process)
 
 
 def _transient(args: tuple, out) -> int:
@@ -54,39 +53,13 @@ def _transient(args: tuple, out) -> int:
     return 0 if volume == 1 else w.shape[1] * volume * out[0, 0].numel() * 4
 
 
-def _patch() -> None:
-    """Every dry run of this process counts the transients (bumped during each convolution) and keeps the plain
-    peak beside."""
-    import torch
-
-    from vaemem.tracing import counter
-
-    conv = torch.ops.aten.convolution.default
-
-    class WithTransients(counter.LiveBytes):
-        def __init__(self, *a, **k) -> None:
-            super().__init__(*a, **k)
-            self.plain_peak = 0
-            LAST[0] = self
-
-        def track(self, t) -> None:
-            super().track(t)
-            self.plain_peak = max(self.plain_peak, self.current)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = super().__torch_dispatch__(func, types, args, kwargs)
-            if func is conv:
-                self.bump(_transient(args, out), "(a convolution's transient)")
-            return out
-
-    counter.LiveBytes = WithTransients
-
-
 def _dry(point: tuple) -> tuple[tuple, int, int]:
     """(point, plain dry-run peak, peak with the transients), bytes."""
     import gc
 
     from vaemem.tracing.trace import TraceSpec, trace
+
+    from cpu_transient_model import LAST  # the counter _patch made for this dry run
 
     model, op, width, height, batch, frames = point
     result = trace(TraceSpec(model, op, "fp32", width, height, batch=batch, frames=frames))
@@ -134,7 +107,9 @@ def main() -> None:
         points = sorted({(p.point["model"], key["op"], p.point["width"], p.point["height"], p.point["batch"],
                           p.point["frames"]) for key, pts in data.groups.values() for p in pts
                          if _priced_by_excess(p.point, key)})
-        _patch()
+        from cpu_transient_model import _patch  # this script's folder: the counter that adds the transients
+
+        _patch(_transient)
         with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=10) as pool:
             peaks = {"|".join(map(str, p)): [plain, peak] for p, plain, peak in pool.imap_unordered(_dry, points)}
         CACHE.parent.mkdir(exist_ok=True)
