@@ -292,6 +292,19 @@ def test_cache_records_verifies_and_refuses_tampering(tmp_path):
         tc.read_cache(path)
 
 
+def test_an_entry_is_complete_exactly_when_it_holds_this_vaemems_records(tmp_path):
+    """A resumed ``trace --zoo --record`` re-runs only incomplete entries: an fp32 untiled entry with this
+    vaemem's conv_inputs is complete, one with an older, shorter record or none is not (a check of a stale length
+    once re-ran all 666 of them on every resume), and an entry that keeps no record is complete without one."""
+    path = tmp_path / "traces.json"
+    results = [trace(_spec("tiny-kl", "decode")), trace(TraceSpec("tiny-kl", "decode", "bf16", 64, 64))]
+    doc = tc.record(path, results)
+    fp32, bf16 = (doc["entries"][r.spec.key] for r in results)
+    assert tc.complete(fp32) and tc.complete(bf16) and "conv_inputs" not in bf16
+    assert not tc.complete({**fp32, "conv_inputs": [c[:8] for c in fp32["conv_inputs"]]})
+    assert not tc.complete({k: v for k, v in fp32.items() if k != "conv_inputs"})
+
+
 def test_a_reused_fake_model_gives_what_a_fresh_build_gives():
     """A process reuses a zoo model's fake build across dry runs of one op and dtype: after a sliced, a tiled, a
     math-path, a decomposed and another overlap's dry run, each next one equals the same dry run of a fresh
