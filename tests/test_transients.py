@@ -39,6 +39,10 @@ def test_the_counter_reads_each_convolution_as_torchs_rule_does():
     assert _record(nn.Conv2d(8, 4, 5), torch.zeros(1, 8, 6, 7))[(4 * 8 * 25, 4, 8, 25)][1] == 1
     assert _record(c2, torch.zeros(2, 8, 6, 7))[(4 * 8 * 9, 4, 8, 9)][:2] == [2 * 8 * 6 * 7, 1]
     assert _record(nn.Conv2d(8, 4, 1), torch.zeros(1, 8, 6, 7))[(32, 4, 8, 1)][2] == 0
+    # a padded or strided 1x1 kernel takes columns (torch's requires_columns): 8 x 8 x 9 and 8 x 3 x 4 positions
+    assert _record(nn.Conv2d(8, 4, 1, padding=1), torch.zeros(1, 8, 6, 7))[(32, 4, 8, 1)][2] == 8 * 8 * 9
+    assert _record(nn.Conv2d(8, 4, 1, stride=2), torch.zeros(1, 8, 6, 7))[(32, 4, 8, 1)][2] == 8 * 3 * 4
+    assert _record(nn.Conv3d(8, 4, 1, padding=1), torch.zeros(1, 8, 2, 6, 7))[(32, 5, 8, 1)][2] == 8 * 4 * 8 * 9
 
 
 def test_two_convolutions_of_one_size_are_two_records():

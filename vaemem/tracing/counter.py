@@ -192,8 +192,10 @@ class LiveBytes(TorchDispatchMode):
         always = int(groups > 1 or (x.dim() >= 4 and w.shape[-1] > 3 and w.shape[-2] > 3) or x.shape[0] > 1)
         volume = w[0, 0].numel()
         # im2col's buffer where oneDNN does not run it: a sample's input channels x kernel x output positions (a
-        # 1x1 kernel reads its input in place)
-        columns = 0 if volume == 1 else w.shape[1] * volume * out[0, 0].numel()
+        # 1x1 kernel of stride 1 and no padding reads its input in place; padded or strided it does not: a padded
+        # 64->8 1x1x1 convolution of a 4x64x4096 input held 396 MiB of columns here, a strided one 32 MiB)
+        in_place = volume == 1 and all(v == 1 for v in args[3]) and all(v == 0 for v in args[4])
+        columns = 0 if in_place else w.shape[1] * volume * out[0, 0].numel()
         # a channels-last input (or weight) on oneDNN: torch makes a channels-last copy of the weight before
         # oneDNN reorders it, two copies for the call (benchmarks/cpu_conv_transients.py: 864.6 -> 1727.8 MiB)
         last = int(_is_channels_last(x) or _is_channels_last(w))

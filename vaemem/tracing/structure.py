@@ -446,8 +446,9 @@ def _affine(e: dict[int, int], rank: int) -> list[float]:
 def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> list[list[Any]]:
     """The structure's ``conv_transients`` (:func:`vaemem.estimate.conv_transient_bytes`) from the dry runs'
     ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight's shape
-    (two of one size grow by different laws), heaviest first, at each knot the input elements torch's oneDNN rule reads (:func:`_affine` of
-    rank 5 for a 3-D input, N x C x depth x height, the width not among them; else of the frame's pixels), or None
+    (two of one size grow by different laws), heaviest first, at each knot the input elements torch's oneDNN rule
+    reads (:func:`_affine` of rank 5 for a 3-D input, N x C x depth x height, the width not among them; else of
+    the frame's pixels), or None
     where a clause that ignores the size held (or the input is 1-D), the elements of its im2col buffer
     (:func:`_affine` in the frame's pixels), where its input is channels-last (:func:`_channels_last_from`), and
     the same two laws of its smallest call (torch decides call by call). Why affine, not per unit: LTX-2's

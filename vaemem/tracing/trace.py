@@ -100,12 +100,13 @@ class TraceResult:
     ``split_convs``: each distinct call of a size-triggered split convolution, in the order of first calls, as
     (batch, channels, frames, height, width of its input, temporal kernel, output elements, the most live bytes
     right after a call of it). ``conv_inputs``: per convolution weight's shape, (its elements, its input's rank, its
-    input channels, its kernel's volume, the most elements torch's fp32 oneDNN rule read of its input, N x C x the next two dims, and 1 where a clause that
-    ignores the size held: groups, kernel or N > 1, and the elements of its im2col buffer: a sample's input channels
-    x kernel x output positions, 0 for a 1x1 kernel, 1 where a call's input or weight was channels-last, which
-    makes oneDNN's copy two, and the fewest elements a call read with that call's buffer: torch decides call by
-    call), the heaviest weight first: where oneDNN runs it, it holds a copy of the weight, where
-    it does not, the buffer (:func:`vaemem.estimate.conv_transient_bytes`)."""
+    input channels, its kernel's volume, the most elements torch's fp32 oneDNN rule read of its input, N x C x the
+    next two dims, and 1 where a clause that ignores the size held: groups, kernel or N > 1, and the elements of its
+    im2col buffer: a sample's input channels x kernel x output positions, 0 for a 1x1 kernel of stride 1 without
+    padding, 1 where a call's input or weight was channels-last, which makes oneDNN's copy two, and the fewest
+    elements a call read with that call's buffer: torch decides call by call), the heaviest weight first: where
+    oneDNN runs it, it holds a copy of the weight, where it does not, the buffer
+    (:func:`vaemem.estimate.conv_transient_bytes`)."""
 
     spec: TraceSpec
     peak_bytes: int
