@@ -3,13 +3,16 @@ input (torch's ``use_mkldnn`` rule) and im2col buffer, the structure's laws of t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
 from vaemem import estimate as est
 from vaemem.tracing.counter import LiveBytes
-from vaemem.tracing.structure import derive, grid
+from vaemem.tracing.structure import _channels_last_from, _crossing, derive, grid
 from vaemem.tracing.trace import TraceSpec, trace
 
 
@@ -189,3 +192,31 @@ def test_hunyuanvideo_15s_channels_last_convolutions_are_where_the_measurements_
     for w, h, f, last in ((128, 128, 1, 0), (160, 96, 9, 0), (128, 128, 9, 1), (256, 160, 9, 1)):
         big = trace(TraceSpec("hunyuanvideo-1.5", "decode", "fp32", w, h, frames=f)).conv_inputs[0]
         assert big[0] == 226_492_416 and big[7] == last, (w, h, f)
+
+
+def test_a_channels_last_threshold_between_grid_sizes_is_where_a_convolution_changes_path():
+    """Known answers (:func:`_channels_last_from`): the grid read 100 elements at side 64 without the format and 400
+    at 128 with it; a convolution's law crosses torch's threshold at side 100, so the threshold is this one's law
+    there (3 x 100 + 8 = 308); with no crossing between the two sides, the bound (100); none seen, None; seen at the
+    smallest side, -1."""
+    seen = {64: (100, 0), 128: (400, 1), 256: (800, 1)}
+    assert _channels_last_from(seen, [30.0, 100.0, 120.0, 300.0], [3.0, 0.0, 8.0], 5) == 308
+    assert _channels_last_from(seen, [30.0, 300.0], [3.0, 0.0, 8.0], 5) == 100
+    assert _channels_last_from({64: (100, 0), 128: (400, 0)}, [100.0], [3.0, 0.0, 8.0], 5) is None
+    assert _channels_last_from({64: (100, 1), 128: (400, 1)}, [100.0], [3.0, 0.0, 8.0], 5) == -1
+    assert _crossing([192.0, 0.0, 0.0], 5) == pytest.approx(20480 / 192)  # HunyuanVideo 1.5's projection
+    assert _crossing([1.0, 0.0, 480.0], 4) == pytest.approx(20000 ** 0.5)  # 2-D: in the frame's pixels
+
+
+def test_hunyuanvideo_15s_copies_between_grid_sizes_follow_its_projection():
+    """The committed structure of HunyuanVideo 1.5's fp32 decode doubles its 864 MiB copy at 9 frames exactly where
+    a fresh dry run sees that convolution's input channels-last: from a height of 112 px on (its attention's
+    projection reads 1024 x 3 x 7 = 21504 elements there, 18432 at 96; heights are multiples of 16), so one copy
+    at 160x96 (measured 895 MiB) and two at 128x128 (measured 1761 MiB). The grid has 64 and 128 px only."""
+    doc = json.loads((Path(__file__).parent.parent / "vaemem" / "coefficients.json").read_text())
+    s = doc["structures"]["hunyuanvideo-1.5/decode/fp32/untiled"]
+    for w, h, want in ((160, 96, 1), (256, 96, 1), (160, 112, 2), (128, 128, 2)):
+        copied, _ = est.conv_transient_elements(s, w, h, 1, 9)
+        assert copied == want * 226_492_416, (w, h)
+    big = trace(TraceSpec("hunyuanvideo-1.5", "decode", "fp32", 160, 112, frames=9)).conv_inputs[0]
+    assert big[0] == 226_492_416 and big[7] == 1

@@ -460,32 +460,69 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> l
     for (w, h, fr, _), calls in convs.items():
         for weight, rank, channels, volume, *rec in calls:
             per.setdefault((weight, rank, channels, volume), {}).setdefault(knots.index(fr), {})[h] = rec
-    out = []
     none = [0.0, 0.0, 0.0]  # at a knot where the convolution does not run (Wan's 2-D ones run at one frame only)
-    for (weight, rank, *_), at in sorted(per.items(), key=lambda kv: tuple(-x for x in kv[0])):
-        def laws(field: int, rule: bool) -> list[Any]:  # per knot: None where the rule never reads the size
-            return [none if i not in at else None if rule and (rank == 3 or any(r[1] for r in at[i].values()))
-                    else _affine({h: r[field] for h, r in at[i].items()}, rank if rule else 4)
-                    for i in range(len(knots))]
-        out.append([weight, rank, laws(0, True), laws(2, False),
-                    [_channels_last_from({h: (-1 if r[1] or rank == 3 else r[0], r[3]) for h, r in at[i].items()})
-                     if i in at else None for i in range(len(knots))],
-                    laws(4, True), laws(5, False)])
-    return out
+    ordered = sorted(per.items(), key=lambda kv: tuple(-x for x in kv[0]))
+
+    def laws(at: dict, rank: int, field: int, rule: bool) -> list[Any]:  # per knot: None where the rule never reads
+        return [none if i not in at else None if rule and (rank == 3 or any(r[1] for r in at[i].values()))
+                else _affine({h: r[field] for h, r in at[i].items()}, rank if rule else 4)
+                for i in range(len(knots))]
+
+    built = [(weight, rank, at, laws(at, rank, 0, True), laws(at, rank, 4, True))
+             for (weight, rank, *_), at in ordered]
+    # per knot, the square sides where some convolution's call changes path (its rule's law crosses the threshold):
+    # between two grid sizes a format can change only there
+    crossings = [sorted({c for _, rank, _, rule, fewest in built for law in (rule[i], fewest[i]) if law is not None
+                         for c in [_crossing(law, rank)] if c is not None}) for i in range(len(knots))]
+    return [[weight, rank, rule, laws(at, rank, 2, False),
+             [_channels_last_from({h: (-1 if r[1] or rank == 3 else r[0], r[3]) for h, r in at[i].items()},
+                                  crossings[i], rule[i], rank) if i in at else None for i in range(len(knots))],
+             fewest, laws(at, rank, 5, False)] for weight, rank, at, rule, fewest in built]
 
 
-def _channels_last_from(seen: dict[int, tuple[int, int]]) -> int | None:
+def _law_at(law: list[float], rank: int, side: float) -> float:
+    """A rule's law (:func:`_affine`) at a square side: its U is the height for a 3-D input, else the pixels."""
+    a, b, c = law
+    return (a * side if rank == 5 else a * side * side) + b * side + c
+
+
+def _crossing(law: list[float], rank: int) -> float | None:
+    """The square side above which a convolution's rule (its law, :func:`_affine`) passes torch's oneDNN threshold
+    (:data:`vaemem.estimate.ONEDNN_MIN_ELEMENTS`), or None where it never does at a positive side."""
+    a, b, c = law
+    t = est.ONEDNN_MIN_ELEMENTS - c
+    if rank == 5 or a == 0:  # linear in the side
+        slope = a + b if rank == 5 else b
+        side = t / slope if slope > 0 else None
+    else:
+        side = (-b + math.sqrt(b * b + 4 * a * t)) / (2 * a) if b * b + 4 * a * t >= 0 else None
+    return side if side is not None and side > 0 else None
+
+
+def _channels_last_from(seen: dict[int, tuple[int, int]], crossings: list[float], law: list[float] | None,
+                        rank: int) -> int | None:
     """Where a convolution's input is channels-last at one knot (which doubles oneDNN's weight copy), from the
     grid's dry runs (side -> (elements the rule read, -1 where it always runs on oneDNN; channels-last)): None where
-    no dry run's was, else the rule's elements above which it is taken to be: the most any smaller dry run read
-    without it (-1: at every size). Why a threshold in the convolution's own elements: the format comes from an
-    earlier convolution's path (HunyuanVideo 1.5's attention projection keeps its channels-last output only where
-    oneDNN runs it, at 128x128 x 9 frames and not at 160x96), and both grow with the frame. An upper bound between
-    the grid's sizes."""
-    on = [e for e, last in seen.values() if last]
+    no dry run's was, else the rule's elements above which it is taken to be (-1: at every size). Why a threshold in
+    the convolution's own elements: the format comes from an earlier convolution's path (HunyuanVideo 1.5's
+    attention projection keeps its channels-last output only where oneDNN runs it, at 128x128 x 9 frames and not
+    at 160x96), and both grow with the frame. Between the largest grid side without it and the smallest with it,
+    the format can change only where some convolution changes path (``crossings``, square sides, from every
+    convolution's law at the knot): the threshold is this convolution's elements (its ``law``) at the first such
+    side, or, where none lies there, the most that grid side read (an upper bound). Exact where the convolution
+    that decides the format is the first to cross: 160x96 x 9 frames, between the grid's 64 and 128 px, held one
+    copy and was priced two by the grid's bound (1848 MiB for 895)."""
+    on = [s for s, (_, last) in seen.items() if last]
     if not on:
         return None
-    return max([e for e, last in seen.values() if not last and e < min(on)], default=-1)
+    below = [s for s, (_, last) in seen.items() if not last and s < min(on)]
+    if not below:
+        return -1
+    bound = max(seen[s][0] for s in below)
+    first = [c for c in crossings if max(below) < c <= min(on)]
+    if bound >= 0 and law is not None and first:
+        return max(bound, math.floor(_law_at(law, rank, min(first))))
+    return bound
 
 
 def _milli_up(x: float) -> float:
