@@ -144,6 +144,12 @@ def test_quality_bound_names_points_and_exceptions_let_a_group_pass(tmp_path):
     data = co.load_dataset([tmp_path / "m.jsonl"])
     ok = co.fit_dataset(data, 0.05, {gid: "concave first-run curve"})
     assert not ok.violations and ok.document["groups"][0]["exception"] == "concave first-run curve"
+    assert ok.unneeded == [] and result.unneeded == []
+    # a straight line within the bound: its listed exception is named as not needed, and not stored
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(_record(w=s, h=s, demand=s * s * 40)) + "\n"
+                                              for s in (64, 128, 256)))
+    straight = co.fit_dataset(co.load_dataset([tmp_path / "m.jsonl"]), 0.05, {gid: "no longer true"})
+    assert straight.unneeded == [gid] and "exception" not in straight.document["groups"][0]
     with pytest.raises(VaememError, match="no data"):
         co.fit_dataset(data, 0.05, {"nope/decode": "x"})
 

@@ -294,15 +294,29 @@ def test_cache_records_verifies_and_refuses_tampering(tmp_path):
 
 def test_an_entry_is_complete_exactly_when_it_holds_this_vaemems_records(tmp_path):
     """A resumed ``trace --zoo --record`` re-runs only incomplete entries: an fp32 untiled entry with this
-    vaemem's conv_inputs is complete, one with an older, shorter record or none is not (a check of a stale length
-    once re-ran all 666 of them on every resume), and an entry that keeps no record is complete without one."""
+    vaemem's conv_inputs is complete, one with the older vaemem's 8-field records (read, not refused) or none is not
+    (a check of a stale length once re-ran all 666 of them on every resume), an entry that keeps no record is
+    complete without one, and ``fit`` refuses a cache with incomplete entries, saying how to re-run them."""
     path = tmp_path / "traces.json"
     results = [trace(_spec("tiny-kl", "decode")), trace(TraceSpec("tiny-kl", "decode", "bf16", 64, 64))]
     doc = tc.record(path, results)
     fp32, bf16 = (doc["entries"][r.spec.key] for r in results)
-    assert tc.complete(fp32) and tc.complete(bf16) and "conv_inputs" not in bf16
-    assert not tc.complete({**fp32, "conv_inputs": [c[:8] for c in fp32["conv_inputs"]]})
+    assert tc.complete(fp32) and tc.complete(bf16) and "conv_inputs" not in bf16 and tc.incomplete(doc) == []
     assert not tc.complete({k: v for k, v in fp32.items() if k != "conv_inputs"})
+    fp32["conv_inputs"] = [c[:2] + c[4:] for c in fp32["conv_inputs"]]  # the older layout: no channels, volume
+    path.write_text(tc.dumps(doc))
+    assert tc.incomplete(tc.read_cache(path)) == [results[0].spec.key]
+    res = CliRunner().invoke(app, ["fit", "--traces", str(path), "--out", str(tmp_path / "c.json")])
+    assert res.exit_code == 1 and "1 dry runs lack records this vaemem reads" in res.output
+    assert "vaemem trace --zoo --record" in res.output and "Traceback" not in res.output
+    fp32["conv_inputs"] = [c + c[:1] for c in results[0].conv_inputs]  # neither layout
+    path.write_text(tc.dumps(doc))
+    with pytest.raises(VaememError, match="conv_inputs must be lists"):
+        tc.read_cache(path)
+    fp32["conv_inputs"] = [list(results[0].conv_inputs[0])] * 2  # one weight shape twice
+    path.write_text(tc.dumps(doc))
+    with pytest.raises(VaememError, match="two records of one convolution weight shape"):
+        tc.read_cache(path)
 
 
 def test_a_reused_fake_model_gives_what_a_fresh_build_gives():

@@ -471,6 +471,9 @@ def fit(
         for bad in data.skipped:
             typer.echo(f"skipped {bad}", err=True)
         cache = tc.read_cache(traces) if traces.exists() else None
+        if cache is not None and tc.incomplete(cache):
+            raise VaememError(f"{traces}: {len(tc.incomplete(cache))} dry runs lack records this vaemem reads (an "
+                              f"older vaemem's); re-run them: `vaemem trace --zoo --record {traces}`", 1)
         if check_only and cache is not None:
             stale = tc.check_versions(cache)
             if stale:
@@ -488,6 +491,9 @@ def fit(
             reasons = {g: r for g, r in reasons.items() if g in data.groups}  # the project's reasons for its own data
         result = co.fit_dataset(data, margin, reasons, cache)
         text = co.dumps(result.document)
+        for g in result.unneeded:  # a reason kept past its need would come back stale if the line ever crossed
+            typer.echo(f"exception not needed: {g} is within the {co.QUALITY_BOUND}x bound; remove it from "
+                       f"{exceptions}", err=True)
         if result.violations:
             for v in result.violations:
                 typer.echo(f"over bound: {v}", err=True)

@@ -178,6 +178,7 @@ def stored_line(line: Line, margin: float) -> Line:
 class FitResult:
     document: dict[str, Any]
     violations: list[str]  # points past the quality bound in groups with no exception
+    unneeded: list[str] = field(default_factory=list)  # groups with an exception whose line is within the bound
 
 
 def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] | None = None,
@@ -275,7 +276,10 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         "dry_runs": ({k: traces[k] for k in ("torch_version", "diffusers_version", "entries_sha256")}
                      | {"n_entries": len(traces["entries"])}) if traces else None,
     }
-    return FitResult(document, violations)
+    used = {g["group"] for g in groups if "exception" in g} | {
+        group_id({**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": arch})
+        for cal in calibrations for arch, line in cal["architectures"].items() if "exception" in line}
+    return FitResult(document, violations, sorted(set(exceptions) - used))
 
 
 def request_of(point: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | None:

@@ -30,7 +30,10 @@ from vaemem.tracing.trace import TraceResult, TraceSpec
 
 CACHE_SCHEMA_VERSION = 1
 DEFAULT_CACHE = Path("fits/traces.json")
-CONV_INPUT_FIELDS = 10  # a conv_inputs record's length (an entry of an older vaemem's shorter record is re-run)
+CONV_INPUT_FIELDS = 10  # a conv_inputs record's length
+# the record of the vaemem before (one per weight size, no input channels or kernel volume): read, so that a resumed
+# ``trace --zoo --record`` re-runs those entries (:func:`complete`), and refused by ``fit`` (:func:`incomplete`)
+STALE_CONV_INPUT_FIELDS = 8
 ENTRY_FIELDS = {"spec": dict, "peak_bytes": int, "output_bytes": int, "input_bytes": int, "peak_module": str}
 
 
@@ -46,6 +49,11 @@ def complete(entry: dict[str, Any]) -> bool:
     the others)."""
     return all(len(c) == CONV_INPUT_FIELDS for c in entry.get("conv_inputs", [[]])) if keeps_conv_inputs(
         TraceSpec.from_dict(entry["spec"])) else True
+
+
+def incomplete(doc: dict[str, Any]) -> list[str]:
+    """The keys of a cache's entries that lack a record this vaemem reads (:func:`complete`)."""
+    return sorted(k for k, e in doc["entries"].items() if not complete(e))
 
 
 def _entries_digest(entries: dict[str, Any]) -> str:
@@ -94,7 +102,11 @@ def read_cache(path: str | Path) -> dict[str, Any]:
                                                             for x in c) for c in calls):
             raise VaememError(f"{path}: entry {key}: split_convs must be lists of 8 positive integers")
         convs = e.get("conv_inputs", [])
-        if not isinstance(convs, list) or not all(
+        if isinstance(convs, list) and convs and all(
+                isinstance(c, list) and len(c) == STALE_CONV_INPUT_FIELDS
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in c) for c in convs):
+            pass  # an older vaemem's records: kept until re-run, never read
+        elif not isinstance(convs, list) or not all(
                 isinstance(c, list) and len(c) == CONV_INPUT_FIELDS
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
                 and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] > 0 and c[0] % (c[2] * c[3]) == 0
@@ -104,6 +116,8 @@ def read_cache(path: str | Path) -> dict[str, Any]:
                               f"channels and kernel volume (positive, dividing the weight), positive elements, 0 or "
                               f"1, im2col elements >= 0, channels-last 0 or 1, the fewest elements (positive, at "
                               f"most the most), their im2col elements (at most the most)]")
+        elif len({tuple(c[:4]) for c in convs}) != len(convs):
+            raise VaememError(f"{path}: entry {key}: conv_inputs holds two records of one convolution weight shape")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         try:

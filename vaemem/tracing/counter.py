@@ -11,8 +11,8 @@ happened, and ``attention_peak`` is the peak while any attention module runs (:f
 path the score matrix lives there and nowhere else, so a math-path peak is ``max(fused-path peak, attention_peak)``
 (the tests check this on real tensors).
 
-It also keeps, per convolution weight (elements, input rank), the largest input torch's ``use_mkldnn`` rule
-reads in fp32 (N x C x the next two dims) and whether a clause that ignores the size holds (groups > 1, a kernel
+It also keeps, per convolution weight shape (elements, input rank, input channels, kernel volume), the largest
+input torch's ``use_mkldnn`` rule reads in fp32 (N x C x the next two dims) and whether a clause that ignores the size holds (groups > 1, a kernel
 larger than 3 in both inner dims, N > 1), and the elements of the im2col buffer torch's own path would hold:
 where oneDNN runs a convolution it holds a reordered copy of the weight, where it does not the buffer, and no dry
 run sees either (``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
@@ -112,8 +112,8 @@ class LiveBytes(TorchDispatchMode):
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
-        # (weight elements, input rank) -> [the most elements the rule read, always, the largest im2col buffer,
-        # channels-last, the fewest elements the rule read, that call's buffer]
+        # (weight elements, input rank, input channels, kernel volume) -> [the most elements the rule read, always,
+        # the largest im2col buffer, channels-last, the fewest elements the rule read, that call's buffer]
         self.convs: dict[tuple[int, int, int, int], list[int]] = {}
 
     # -- module stack -------------------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ from typing import Any
 
 from vaemem import estimate as est
 from vaemem.models.zoo import ModelSpec, get_spec, registry
+from vaemem.tracing.cache import CONV_INPUT_FIELDS
 from vaemem.tracing.trace import TraceSpec
 
 STRUCTURE_DTYPES = ("fp32", "bf16")  # fp16 is priced by the bf16 structure (identical dry runs)
@@ -555,6 +556,9 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             peaks[k], outputs[k], splits[k] = e[value], e.get("output_bytes"), e.get("split_convs", [])
             modules[k] = e.get("peak_module")
             convs[k] = e.get("conv_inputs")
+            if convs[k] is not None and any(len(c) != CONV_INPUT_FIELDS for c in convs[k]):
+                raise ValueError(f"the dry run {k} of {name} {op} {dtype} holds an older vaemem's conv_inputs: "
+                                 f"re-run it (`vaemem trace --zoo --record`)")
     wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled, attention)]
     if any(k not in peaks for k in wanted):
         return None
