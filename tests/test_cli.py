@@ -335,3 +335,31 @@ def test_a_rig_name_recorded_on_another_cpu_is_refused(tmp_path):
     bad = runner.invoke(app, [*args, "--rig", "the-rig"])
     assert bad.exit_code == 2 and "give this machine a --rig of its own" in _err_line(bad)
     assert runner.invoke(app, [*args, "--rig", "another-rig"]).exit_code == 0
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback():
+    """stdout on a full device: the command says so in one line and exits 1 (a traceback once)."""
+    vaemem_bin = Path(sys.executable).with_name("vaemem")
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([str(vaemem_bin), "estimate", "-m", "sd15", "--op", "decode", "--res", "512",
+                              "--dtype", "fp32", "--backend", "onednn", "--allocator", "glibc-fixed", "--os",
+                              "linux"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert res.returncode == 1 and res.stderr == "error: No space left on device\n", res.stderr
+
+
+def test_the_estimate_line_names_the_request_and_rounds_the_reservation_up():
+    """The first line says frames, batch and tile where given, and the MiB an app reads are never below the bytes
+    priced (rounded up, not to the nearest)."""
+    import math
+
+    from vaemem import estimate as est
+
+    args = ["-m", "wan21", "--op", "decode", "--res", "832x480", "--frames", "81", "--batch", "2", "--tile", "256",
+            "--dtype", "bf16", "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux"]
+    res = CliRunner().invoke(app, ["estimate", *args])
+    e = est.explain("wan21", "decode", 832, 480, frames=81, batch=2, tile=256, dtype="bf16", backend="onednn",
+                    allocator="glibc-fixed", os="linux")
+    first = res.stdout.splitlines()[0]
+    assert res.exit_code == 0 and first.startswith(
+        f"{math.ceil(e.bytes / 2**20)} MiB for wan21 decode 832x480 x 81 frames, batch 2, 256 px tiles bf16 (")

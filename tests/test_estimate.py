@@ -291,6 +291,7 @@ def test_fallback_never_prices_below_legacy():
     (dict(width=0), "width must be a positive integer"),
     (dict(width=1004), "multiples of 8"),
     (dict(batch=-1), "batch must be a positive"),
+    (dict(batch=4097), "batch must be at most 4096 samples, got 4097"),  # 10**20 once priced, inexactly
     (dict(frames=5), "image model"),
     (dict(tile=100), "tile must be a positive multiple of 8"),
     (dict(cast="half"), "unknown cast 'half'; choose one of: model, op"),
@@ -416,6 +417,8 @@ COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "vaemem" / "coe
 
 
 MUTATIONS = [  # (where in the committed file, new value or DELETE, what the error must name)
+    (("calibrations",), "DELETE", "lacks calibrations: not a vaemem coefficient file"),  # else: the fallback, unsaid
+    (("structures",), "DELETE", "lacks structures: not a vaemem coefficient file"),
     (("groups", 0, "base_bytes"), "DELETE", "groups[0].base_bytes is missing"),
     (("groups", 0, "slope_bytes_per_pixel"), -3.0, "groups[0].slope_bytes_per_pixel must be a non-negative number"),
     (("groups", 0, "slope_bytes_per_pixel"), "12", "must be a non-negative number at most 1e+15, got '12'"),
@@ -653,3 +656,29 @@ def test_every_mutation_of_the_committed_file_is_refused_naming_the_field(tmp_pa
 
 def test_the_committed_file_passes_the_validator():
     est.validate(json.loads(COMMITTED.read_text()), "committed")
+
+
+def test_a_reasons_per_sample_term_is_the_dry_run_of_one_sample():
+    """The reason names the figures the price used: a sliced or unsliced batch's per-sample term is the dry run of
+    one sample (what a batch-1 request's reason calls its dry-run peak), not the batch's peak divided by the batch
+    (a sliced batch of 4 once said 194 MiB where 768 were priced)."""
+    import re
+
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    one = re.search(r"dry-run peak (\d+) MiB", est.explain("sd15", "decode", 512, 512, **kw).reason).group(1)
+    for slicing in (False, True):
+        reason = est.explain("sd15", "decode", 512, 512, batch=4, slicing=slicing, **kw).reason
+        assert f"one sample's {one} MiB" in reason, reason
+
+
+@pytest.mark.parametrize("field,message", [("calibrations", "calibrations must be one entry per calibration id"),
+                                           ("groups", "groups must be one entry per group")])
+def test_a_duplicated_calibration_or_group_is_refused(tmp_path, field, message):
+    """Two entries of one id would be indexed last-wins, unsaid: the file is refused naming the id."""
+    doc = json.loads(COMMITTED.read_text())
+    doc[field].append(doc[field][0])
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps(doc))
+    est.clear_cache()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        est.load(bad)

@@ -764,3 +764,26 @@ def test_a_cpu_points_allocator_must_be_the_hosts():
     assert (default_allocator("cpu", "windows"), default_allocator("cpu", "linux"),
             default_allocator("cuda:0", "windows")) == ("system", "glibc", "native")
     assert allocators.startup_env("system") == {}  # the OS's own malloc, as it comes
+
+
+def test_points_on_a_device_torch_does_not_see_are_refused_before_any_run(tmp_path):
+    """Known answers with a fake probe (what torch would print): no cuda device, or too few for the index or the
+    --devices asked, refuses with one line; CPU points ask nothing (a probe that cannot run is never run)."""
+    import json as _json
+    import sys as _sys
+
+    from vaemem.measuring.parent.runner import check_devices
+
+    def probe(seen: dict) -> list[str]:
+        return [_sys.executable, "-c", f"print({_json.dumps(_json.dumps(seen))})"]
+
+    cuda = [Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native", device="cuda")]
+    with pytest.raises(VaememError, match=r"device cuda: this environment's torch sees no cuda device"):
+        check_devices(cuda, None, probe({"cuda": 0, "mps": False, "xpu": 0}))
+    check_devices(cuda + [Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native", device="cuda:1")], [0, 1],
+                  probe({"cuda": 2, "mps": False, "xpu": 0}))
+    with pytest.raises(VaememError, match=r"device cuda:3: torch sees 2 cuda devices \(indices 0-1\)"):
+        check_devices(cuda, [0, 3], probe({"cuda": 2, "mps": False, "xpu": 0}))
+    with pytest.raises(VaememError, match="cannot ask torch which devices it sees"):
+        check_devices(cuda, None, [str(tmp_path / "no-such-interpreter")])
+    check_devices([Point("tiny-kl", "decode", "fp32", 64, 64)], None, [str(tmp_path / "no-such-interpreter")])

@@ -223,6 +223,10 @@ def test_cli_trace_json_and_config_file(tmp_path):
     cfg.write_text(json.dumps(get_spec("tiny-kl").config))
     res = runner.invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64x48", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["peak_bytes"] == doc["peak_bytes"]
+    assert json.loads(res.stdout)["key"].startswith(f"config:{tmp_path.name}/decode/")  # its folder names it
+    # labelled with a zoo name, it is still the config's dry run: never under the zoo model's own key
+    res = runner.invoke(app, ["trace", "--config", str(cfg), "-m", "sdxl", "--op", "decode", "--res", "64", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["key"].startswith("config:sdxl/decode/")
 
 
 def test_cli_trace_table_piped_keeps_every_cell_whole():

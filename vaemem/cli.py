@@ -7,6 +7,8 @@ Heavy imports (torch, diffusers, pandas, scipy, matplotlib) happen inside the co
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -158,6 +160,9 @@ def measure(
             _print_plan(len(points), runs, out_path, rig_name, *sweep_plan(points, out_path, rig_name, runs, force,
                                                                            retry_failed), as_json, budget)
         else:
+            from vaemem.measuring.parent.runner import check_devices
+
+            check_devices(points, gpu_list)  # a plan may be printed for another rig; a run needs the device here
             _run_sweep(points, out_path, rig_name, runs, launcher or default_launcher(), timeout, force,
                        retry_failed, gpu_list, as_json, budget)
     except VaememError as e:
@@ -226,7 +231,12 @@ def trace(
                 raise VaememError("give --model NAME (a zoo model), --config FILE (a diffusers VAE config.json) "
                                   "or --zoo")
             cfg = load_config(str(config)) if config is not None else None
-            name = model or (f"config:{config.stem}" if config is not None else "")
+            # a config's dry run is named config:LABEL, never as a zoo model's (its key would be the zoo model's);
+            # unlabelled, by its folder (diffusers names every such file config.json)
+            name = model or ""
+            if config is not None:
+                folder = config.resolve().parent.name
+                name = "config:" + (model or (folder if config.stem == "config" and folder else config.stem))
             if not op or not res:
                 raise VaememError("a dry run needs at least one --op and one --res")
             specs = [TraceSpec(name, o, dtype, *parse_res(r), b, f, t, overlap, attention, slicing, conv3d)
@@ -671,8 +681,6 @@ def estimate_cmd(
         e = est.explain(model, op, w, h, tile=tile, **kw)
         fit = None
         if budget is not None:
-            import math
-
             if not math.isfinite(budget) or budget <= 0:
                 raise VaememError(f"--budget must be a positive number of MiB, got {budget:g}")
             if budget * MIB < 1:
@@ -687,10 +695,13 @@ def estimate_cmd(
                                                             "attention": attention},
                                **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
         return
-    typer.echo(f"{e.bytes / MIB:.0f} MiB for {model} {op} {w}x{h} {dtype} ({e.source}: {e.reason})")
+    # the request as priced, and the reservation rounded up (an app reading the text must not reserve less)
+    request = f"{w}x{h}" + (f" x {frames} frames" if frames > 1 else "") + (f", batch {batch}" if batch > 1 else "") \
+        + (f", {tile} px tiles" if tile else "")
+    typer.echo(f"{math.ceil(e.bytes / MIB)} MiB for {model} {op} {request} {dtype} ({e.source}: {e.reason})")
     floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""  # only where the fallback took it
-    typer.echo(f"  group {e.group or '-'}; envelope {e.envelope_bytes / MIB:.0f} MiB, cast {e.cast_bytes / MIB:.0f} "
-               f"MiB{floor}, {e.pixels:,} pixels")
+    typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
+               f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels")
     if fit is not None:
         untiled = f"untiled {fit['untiled_bytes'] / MIB:.0f} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
         tiles = ", ".join(f"{t}: {b / MIB:.0f}" for t, b in fit["priced"].items()) or "none smaller than the image"
@@ -852,6 +863,13 @@ def main() -> None:
     except VaememError as e:  # errors raised outside a command body (e.g. while parsing)
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:  # the output could not be written (a full disk, a closed pipe): one line, not a traceback
+        try:  # and no second failure when the interpreter flushes stdout on exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        sys.stderr.write(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "") + "\n")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

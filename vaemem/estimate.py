@@ -487,8 +487,11 @@ def validate(data: object, source: str = "coefficients") -> dict:
         raise ValueError(f"{source} has schema_version {version!r}, "
                          + (f"newer than this estimator reads ({readable})" if newer
                             else f"which this estimator does not read (it reads {readable})") + hint)
-    for name in ("models", "groups"):
-        if not isinstance(data.get(name), {"models": dict, "groups": list}[name]):
+    # since schema 6 every file fit writes holds its calibrations and structures (empty where none): one without
+    # them is damaged, and read as it stood would drop every measured platform to the fallback unsaid
+    for name in ("models", "groups") + (("calibrations", "structures") if version >= 6 else ()):
+        if not isinstance(data.get(name), {"models": dict, "groups": list, "calibrations": list,
+                                           "structures": dict}[name]):
             raise ValueError(f"{source} lacks {name}: not a vaemem coefficient file, or damaged; regenerate it with "
                              f"`vaemem fit`")
     if "margin" in data:  # already in every line: a reader of the file learns it here
@@ -544,8 +547,14 @@ def validate(data: object, source: str = "coefficients") -> dict:
         lo = g.get("pixels_min", 64 * 64)
         if g["slope_bytes_per_pixel"] * lo + g["base_bytes"] <= 0:
             raise ValueError(f"{w} prices its smallest measured size ({lo} px) at zero or less")
+    gids = [group_id(g) for g in data["groups"]]
+    _need(len(set(gids)) == len(gids), f"{source}: groups", "one entry per group",
+          sorted({i for i in gids if gids.count(i) > 1}))
     cals = data.get("calibrations", [])
     _need(isinstance(cals, list), f"{source}: calibrations", "a JSON array", cals)
+    ids = [c.get("calibration") for c in cals if isinstance(c, dict)]
+    _need(len(set(ids)) == len(ids), f"{source}: calibrations", "one entry per calibration id",
+          sorted({i for i in ids if ids.count(i) > 1}))
     for i, c in enumerate(cals):
         w = f"{source}: calibrations[{i}]"
         _field(c, "calibration", w, "str")
@@ -1113,6 +1122,7 @@ CAST = ("model", "op")  # the weights an app cast to the run dtype: the whole VA
 # take seconds a call (sizes from an app's untrusted input must not stall it), and no VAE runs there.
 MAX_SIDE = 65536
 MAX_FRAMES = 65537  # 45 minutes at 24 fps: 1 + 2^16, the longest clip of a 1 + 4k or 1 + 8k class (Mochi's: 65533)
+MAX_BATCH = 4096  # samples of one call: far past any app's batch, and prices stay exact integers below 2^53 bytes
 TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
 
 
@@ -1369,8 +1379,8 @@ class _Plan:
             self.ref_terms = None if self.cref is None or self.cref[0] else frame_terms(self.cref, 1)
 
     def price(self, width: object, height: object, batch: object, frames: object, tile: object) -> tuple:
-        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note, the SD family's dry-run peak or 0) of
-        one request; ValueError for sizes
+        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note, the SD family's dry-run peak or 0, the
+        dry-run peak of one sample or None) of one request; ValueError for sizes
         ``vaemem measure`` refuses. explain and working_memory_bytes both call it, so the reasoning and the number
         never part. One method on purpose: it is the hot path."""
         if not (type(width) is int and type(height) is int and type(batch) is int and type(frames) is int
@@ -1395,6 +1405,8 @@ class _Plan:
                                  f"dry-run structure was derived on: past it another term leads), got {t}")
         if (f != 1 if self.image else (f - 1) % self.step or f > MAX_FRAMES):  # type: ignore[operator]
             raise ValueError(frames_error(self.model, self.step, f))
+        if b > MAX_BATCH:  # type: ignore[operator]
+            raise ValueError(f"batch must be at most {MAX_BATCH} samples, got {b}")
         kind = self.kind
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
@@ -1411,14 +1423,14 @@ class _Plan:
                         env = floor
                         note += ", raised to the legacy rule" + ("" if self.image else
                                                                  " of one frame plus the decoded clip")
-            return env + self.cast_bytes, env, None, 0, note, 0.0
+            return env + self.cast_bytes, env, None, 0, note, 0.0, None
         cs = self.cs
         if cs is None and self.untiled is not None:  # unstructured tiled video: priced untiled, an upper bound
-            total, env, dry, floor, _, ref = self.untiled.price(w, h, b, f, None)
-            return total, env, dry, floor, "", ref
+            total, env, dry, floor, _, ref, one = self.untiled.price(w, h, b, f, None)
+            return total, env, dry, floor, "", ref, one
         if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
             floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
-            return floor + self.cast_bytes, 0, None, floor, "", 0.0
+            return floor + self.cast_bytes, 0, None, floor, "", 0.0, None
         ac = self.attn
         dry, one = _dry_peak(cs, ac, self.out, w, h, b, f, t,  # type: ignore[arg-type]
                              None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),
@@ -1430,7 +1442,7 @@ class _Plan:
         if kind == "calib":
             env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h,  # type: ignore
                                         copy))
-            return env + self.cast_bytes, env, dry, 0, "", 0.0
+            return env + self.cast_bytes, env, dry, 0, "", 0.0, one
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
         floor = _legacy(*self.legacy, w, h, bs, 1, t)
@@ -1441,7 +1453,7 @@ class _Plan:
         env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
         if env < floor:
             env = floor
-        return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref
+        return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
 
     def copy_at(self, w: int, h: int, b: int, f: int, t: object) -> int:
         """The weight copy of a request (batch ``b`` per call), the fallback's with the margin: 0 where none is
@@ -1671,7 +1683,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     ``slicing``: diffusers' ``enable_slicing`` (a batch decoded one sample at a time)."""
     plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
                  attention, slicing)
-    total, env, dry, floor, note, ref = plan.price(width, height, batch, frames, tile)  # also checks the tile
+    total, env, dry, floor, note, ref, one = plan.price(width, height, batch, frames, tile)  # also checks the tile
     if plan.untiled is not None and plan.cs is None:  # unstructured tiled video: the untiled estimate, said so
         e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                     allocator=allocator, os=os, batch=batch, frames=frames, cast=cast, attention=attention,
@@ -1698,18 +1710,18 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
         if own is not None:
-            line = _line_at(own, dry, dry / int(batch), plan.arch_video and int(frames) == 1,
+            line = _line_at(own, dry, one, plan.arch_video and int(frames) == 1,
                             int(width) * int(height))[0]
             where = (f"; frames below {own['domain_min_frame_pixels']} px: the line of the points measured there"
                      if line is not own else "")
             resident = line.get("floor_bytes", 0)  # the floor its smallest points measured
             at_floor = resident and resident >= calibration_bytes(
-                {**line, "floor_bytes": 0, "small": None}, dry, dry / int(batch), plan.arch_video and int(frames) == 1,
+                {**line, "floor_bytes": 0, "small": None}, dry, one, plan.arch_video and int(frames) == 1,
                 int(width) * int(height))
             single = plan.arch_video and int(frames) == 1
             reason = (f"measured on this platform ({own['n_points']} points{where}): "
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
-                         if at_floor else "") + _line_terms(line, dry, dry / int(batch), single))
+                         if at_floor else "") + _line_terms(line, dry, one, single))
             if copy:
                 reason += f" + {own['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB"
             if dry > line["dry_bytes_max"]:
@@ -1718,13 +1730,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
-        line = _line_at(calib["class"], dry, dry / int(batch), plan.arch_video and int(frames) == 1,
+        line = _line_at(calib["class"], dry, one, plan.arch_video and int(frames) == 1,
                         int(width) * int(height))[0]
         below = (f"; frames below {calib['class']['domain_min_frame_pixels']} px: the line of the points measured "
                  f"there" if line is not calib["class"] else "")
         reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
                   f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _line_terms(line, dry, dry / int(batch), plan.arch_video and int(frames) == 1))
+                  + _line_terms(line, dry, one, plan.arch_video and int(frames) == 1))
         if copy:
             reason += (f" + {calib['class']['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
                        f"{copy / MIB:.0f} MiB")

@@ -216,6 +216,41 @@ def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: 
         raise VaememError("--devices applies to cuda points only")
 
 
+# What the torch of this environment sees (a child of its own: the parent never touches a device, whose context
+# would sit in the memory its children measure)
+DEVICE_PROBE = ("import json, torch; print(json.dumps({'cuda': torch.cuda.device_count() if torch.cuda.is_available() "
+                "else 0, 'mps': bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()), "
+                "'xpu': torch.xpu.device_count() if hasattr(torch, 'xpu') and torch.xpu.is_available() else 0}))")
+
+
+def check_devices(points: Sequence[Point], devices: Sequence[int] | None,
+                  probe: Sequence[str] | None = None) -> None:
+    """Refuse points on a device this environment's torch does not see, before any run: each would be recorded
+    as an error run and, resumed, skipped. ``probe``: the command that prints what torch sees as JSON (default:
+    :data:`DEVICE_PROBE` in this interpreter; tests pass a fake). CPU points need no probe."""
+    import json
+    import sys
+
+    wanted = {p.device for p in points if p.device_type != "cpu"}
+    if not wanted:
+        return
+    try:
+        out = subprocess.run(list(probe or [sys.executable, "-c", DEVICE_PROBE]), capture_output=True, text=True,
+                             timeout=300)
+        seen = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
+        raise VaememError(f"cannot ask torch which devices it sees: {e}") from None
+    for device in sorted(wanted) + [f"cuda:{i}" for i in devices or ()]:
+        kind, _, index = device.partition(":")
+        count = seen.get(kind, 0) if kind != "mps" else int(bool(seen.get("mps")))
+        if count == 0:
+            raise VaememError(f"device {device}: this environment's torch sees no {kind} device "
+                              f"(torch.{kind}.is_available() is False); measure on a rig that has one")
+        if index and int(index) >= count:
+            raise VaememError(f"device {device}: torch sees {count} {kind} device{'s' if count > 1 else ''} "
+                              f"(indices 0-{count - 1})")
+
+
 def measure(
     points: Sequence[Point],
     out: str | Path,
