@@ -9,7 +9,7 @@ where that reserves less at its worst point), the transient being the heaviest w
 im2col buffer by torch's rule. But the transient is held while one convolution runs, and the live tensors then may
 be far fewer than at the peak (HunyuanImage-2.1's 144 MiB copy at its 8 px latent). This re-runs the dry run of
 every measured untiled fp32 point (fused attention, batch as measured) with a counter that adds, during each
-convolution, the transient the production rule gives it (:func:`vaemem.tracing.counter.LiveBytes._conv`: the
+convolution, the transient the production rule gives it (:func:`vaemem.tracing.counter.conv_call`: the
 weight, twice on a channels-last 3-D input, where oneDNN runs it, else the im2col buffer), and takes as the
 point's transient the excess ``max(0, peak with transients - plain peak)``: exact, no law between sizes. It
 prints the held-out and leave-one-architecture-out ratios (min / median / max, under-reserved points) of the
@@ -40,19 +40,13 @@ MARGIN = 0.05
 
 
 def _transient(args: tuple, out) -> int:
-    """The production rule's transient of one aten.convolution call (fp32), in bytes."""
+    """The production rule's transient of one aten.convolution call (fp32), in bytes: the weight (twice on a
+    channels-last input) where oneDNN runs it, else the im2col buffer (:func:`vaemem.tracing.counter.conv_call`)."""
     from vaemem.estimate import ONEDNN_MIN_ELEMENTS
-    from vaemem.tracing.counter import _is_channels_last
+    from vaemem.tracing.counter import conv_call
 
-    x, w, groups = args[0], args[1], args[8]
-    s = x.shape if x.dim() >= 4 else (x.shape[0], x.shape[1], 1, x.shape[2])
-    always = groups > 1 or (x.dim() >= 4 and w.shape[-1] > 3 and w.shape[-2] > 3) or x.shape[0] > 1
-    if always or s[0] * s[1] * s[2] * s[3] > ONEDNN_MIN_ELEMENTS:
-        last = x.dim() == 5 and (_is_channels_last(x) or _is_channels_last(w))
-        return w.numel() * 4 * (2 if last else 1)
-    volume = w[0, 0].numel()
-    in_place = volume == 1 and all(v == 1 for v in args[3]) and all(v == 0 for v in args[4])
-    return 0 if in_place else w.shape[1] * volume * out[0, 0].numel() * 4
+    n, always, columns, last = conv_call(args, out)
+    return 4 * (args[1].numel() * (2 if last else 1) if always or n > ONEDNN_MIN_ELEMENTS else columns)
 
 
 def _dry(point: tuple) -> tuple[tuple, int, int]:

@@ -481,8 +481,9 @@ def fit(
         for bad in data.skipped:
             typer.echo(f"skipped {bad}", err=True)
         cache = tc.read_cache(traces) if traces.exists() else None
-        if cache is not None and tc.incomplete(cache):
-            raise VaememError(f"{traces}: {len(tc.incomplete(cache))} dry runs lack records this vaemem reads (an "
+        stale_runs = tc.incomplete(cache) if cache is not None else []
+        if stale_runs:
+            raise VaememError(f"{traces}: {len(stale_runs)} dry runs lack records this vaemem reads (an "
                               f"older vaemem's); re-run them: `vaemem trace --zoo --record {traces}`", 1)
         if check_only and cache is not None:
             stale = tc.check_versions(cache)

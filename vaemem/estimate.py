@@ -425,7 +425,8 @@ def _check_structure(s: dict, where: str) -> None:
                                   and rules(c[5]) and buffers(c[6]) for c in convs)
               and [c[0] for c in convs] == sorted((c[0] for c in convs), reverse=True),
               f"{where}.conv_transients", f"lists of [weight elements > 0, input rank 3-5, {len(knots)} rule laws "
-              f"(null: always on oneDNN, or [a >= 0, b >= 0, c]), {len(knots)} im2col laws [a >= 0, b >= 0, c], {len(knots)} "
+              f"(null: always on oneDNN, or [a >= 0, b >= 0, c]), {len(knots)} im2col laws [a >= 0, b >= 0, c], "
+              f"{len(knots)} "
               f"channels-last thresholds (null: never, or elements >= -1), the smallest call's rule and im2col "
               f"laws], the heaviest weight first", convs)
     if "upper" in s:
@@ -1589,7 +1590,8 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     pixels, per knot the rule's elements above which its input is channels-last (None: never), where torch
     copies the weight to channels-last before oneDNN reorders it: two copies, and the two laws of its smallest
     call (torch decides call by call: where the largest runs on oneDNN, the smallest may hold a buffer). Between
-    knots linear in frames, past the last along its last segment (exact where a clip runs whole, as LTX's, and in equal chunks, as Wan's); a
+    knots linear in frames, past the last along its last segment (exact where a clip runs whole, as LTX's, and in
+    equal chunks, as Wan's); a
     knot that always copies makes its segments copy, and either knot's channels-last threshold applies to its
     segments. ``batch``: samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN."""
     convs = s["conv_transients"]

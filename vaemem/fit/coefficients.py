@@ -196,6 +196,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     if unknown:
         raise VaememError(f"exceptions name groups with no data: {', '.join(sorted(unknown))}")
     groups, unfitted, violations = [], [], []
+    used: set[str] = set()  # the groups whose exception a line past the bound took
     structures = derive_all(list(traces["entries"].values())) if traces else {}
     calibrations = calibrate(data, structures, margin)
     calibrated = set()  # groups priced by a calibration line: their pixel line would be dead data
@@ -206,6 +207,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
             if line["worst_ratio"] > QUALITY_BOUND:
                 if gid in exceptions:
                     line["exception"] = exceptions[gid]
+                    used.add(gid)
                 else:
                     violations.append(f"calibration {cal['calibration']} of {arch}: reserves up to "
                                       f"{line['worst_ratio']:.2f}x a measured demand")
@@ -237,6 +239,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         if worst > QUALITY_BOUND:
             if gid in exceptions:
                 entry["exception"] = exceptions[gid]
+                used.add(gid)
             else:
                 violations += [f"{gid}: {p.point_key} on {p.rig} reserved {r:.2f}x its demand "
                                f"({line(p.pixels, p.tile_pixels) / MIB:.0f} MiB for {p.demand_bytes / MIB:.0f} MiB)"
@@ -276,9 +279,6 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         "dry_runs": ({k: traces[k] for k in ("torch_version", "diffusers_version", "entries_sha256")}
                      | {"n_entries": len(traces["entries"])}) if traces else None,
     }
-    used = {g["group"] for g in groups if "exception" in g} | {
-        group_id({**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": arch})
-        for cal in calibrations for arch, line in cal["architectures"].items() if "exception" in line}
     return FitResult(document, violations, sorted(set(exceptions) - used))
 
 

@@ -12,10 +12,11 @@ path the score matrix lives there and nowhere else, so a math-path peak is ``max
 (the tests check this on real tensors).
 
 It also keeps, per convolution weight shape (elements, input rank, input channels, kernel volume), the largest
-input torch's ``use_mkldnn`` rule reads in fp32 (N x C x the next two dims) and whether a clause that ignores the size holds (groups > 1, a kernel
-larger than 3 in both inner dims, N > 1), and the elements of the im2col buffer torch's own path would hold:
-where oneDNN runs a convolution it holds a reordered copy of the weight, where it does not the buffer, and no dry
-run sees either (``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
+input torch's ``use_mkldnn`` rule reads in fp32 (N x C x the next two dims, :func:`conv_call`) and whether a
+clause that ignores the size holds (groups > 1, a kernel larger than 3 in both inner dims, N > 1), and the
+elements of the im2col buffer torch's own path would hold: where oneDNN runs a convolution it holds a reordered
+copy of the weight, where it does not the buffer, and no dry run sees either
+(``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
 On the meta device (``cpu_strides``) it gives 5-D convolutions' and pads' outputs the strides the CPU gives them
 (:func:`_as_on_cpu`), so that format is followed as the CPU follows it.
 """
@@ -57,9 +58,9 @@ def _any_channels_last(args: Any, kwargs: Any) -> bool:
 # Ops whose CPU kernels give a channels-last input's format to their output, where their meta kernels give a
 # contiguous one (checked on real CPU tensors by the tests; 5-D only, as _is_channels_last); elementwise ops, cat,
 # interpolation and the constant pad already agree on the meta device (TensorIterator's rule is the device's own).
-# Not followed: a group norm of a channels-last input, which the CPU keeps channels-last where torch's C++ suggest_memory_format says so
-# and the meta device copies to contiguous first (the strides of size-1 dims differ between the two by then,
-# so the question cannot be answered on the meta device alone).
+# Not followed: a group norm of a channels-last input, which the CPU keeps channels-last where torch's C++
+# suggest_memory_format says so and the meta device copies to contiguous first (the strides of size-1 dims differ
+# between the two by then, so the question cannot be answered on the meta device alone).
 _KEEPS_FORMAT_ON_CPU = {torch.ops.aten.replication_pad3d.default, torch.ops.aten.reflection_pad3d.default}
 
 
@@ -93,6 +94,27 @@ def is_attention(module: nn.Module) -> bool:
     ``HunyuanVideo15AttnBlock``, ``SanaMultiscaleLinearAttention``, ..."""
     name = type(module).__name__.lower()
     return "attention" in name or "attn" in name
+
+
+def conv_call(args: Any, out: Any) -> tuple[int, int, int, int]:
+    """One ``aten.convolution`` call (``args``, its output ``out``) as torch 2.13's fp32 ``use_mkldnn`` rule sees it
+    (on more than one thread, where its 1x1 clause always holds; no zoo model has a transposed convolution):
+    (the elements the rule reads, N x C x the next two dims; 1 where a clause that ignores the size holds; the
+    elements of the im2col buffer torch's own path holds; 1 where its input or weight is channels-last)."""
+    x, w, groups = args[0], args[1], args[8]
+    s = x.shape if x.dim() >= 4 else (x.shape[0], x.shape[1], 1, x.shape[2])  # torch views a 1-D one as 2-D
+    n = s[0] * s[1] * s[2] * s[3]
+    always = int(groups > 1 or (x.dim() >= 4 and w.shape[-1] > 3 and w.shape[-2] > 3) or x.shape[0] > 1)
+    volume = w[0, 0].numel()
+    # im2col's buffer where oneDNN does not run it: a sample's input channels x kernel x output positions (a 1x1
+    # kernel of stride 1 and no padding reads its input in place; padded or strided it does not: a padded 64->8
+    # 1x1x1 convolution of a 4x64x4096 input held 396 MiB of columns here, a strided one 32 MiB)
+    in_place = volume == 1 and all(v == 1 for v in args[3]) and all(v == 0 for v in args[4])
+    columns = 0 if in_place else w.shape[1] * volume * out[0, 0].numel()
+    # a channels-last input (or weight) on oneDNN: torch makes a channels-last copy of the weight before oneDNN
+    # reorders it, two copies for the call (benchmarks/cpu_conv_transients.py: 864.6 -> 1727.8 MiB)
+    last = int(_is_channels_last(x) or _is_channels_last(w))
+    return n, always, columns, last
 
 
 class LiveBytes(TorchDispatchMode):
@@ -183,26 +205,13 @@ class LiveBytes(TorchDispatchMode):
         self._refs.pop(key, None)
 
     def _conv(self, args: Any, out: Any) -> None:
-        """Record one ``aten.convolution`` call's input as torch 2.13's fp32 ``use_mkldnn`` rule sees it (on more
-        than one thread, where its 1x1 clause always holds; no zoo model has a transposed convolution), and
-        whether it is channels-last."""
-        x, w, groups = args[0], args[1], args[8]
-        s = x.shape if x.dim() >= 4 else (x.shape[0], x.shape[1], 1, x.shape[2])  # torch views a 1-D one as 2-D
-        n = s[0] * s[1] * s[2] * s[3]
-        always = int(groups > 1 or (x.dim() >= 4 and w.shape[-1] > 3 and w.shape[-2] > 3) or x.shape[0] > 1)
-        volume = w[0, 0].numel()
-        # im2col's buffer where oneDNN does not run it: a sample's input channels x kernel x output positions (a
-        # 1x1 kernel of stride 1 and no padding reads its input in place; padded or strided it does not: a padded
-        # 64->8 1x1x1 convolution of a 4x64x4096 input held 396 MiB of columns here, a strided one 32 MiB)
-        in_place = volume == 1 and all(v == 1 for v in args[3]) and all(v == 0 for v in args[4])
-        columns = 0 if in_place else w.shape[1] * volume * out[0, 0].numel()
-        # a channels-last input (or weight) on oneDNN: torch makes a channels-last copy of the weight before
-        # oneDNN reorders it, two copies for the call (benchmarks/cpu_conv_transients.py: 864.6 -> 1727.8 MiB)
-        last = int(_is_channels_last(x) or _is_channels_last(w))
+        """Record one ``aten.convolution`` call (:func:`conv_call`) under its weight's shape."""
+        x, w = args[0], args[1]
+        n, always, columns, last = conv_call(args, out)
         # one record per convolution weight's shape, not its size: LTX-2's decoder has a 1024->1024 and a 512->2048
         # convolution of 28.3 M parameters each, whose inputs grow by different laws; merged, the larger of the two
         # fitted as one law put the first on oneDNN at 160x96 x 9 frames (a 108 MiB copy torch never made)
-        ident = (w.numel(), x.dim(), w.shape[1], volume)
+        ident = (w.numel(), x.dim(), w.shape[1], w[0, 0].numel())
         seen = self.convs.get(ident)
         if seen is None:
             self.convs[ident] = [n, always, columns, last, n, columns]
