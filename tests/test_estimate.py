@@ -322,7 +322,7 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
     assert est.working_memory_bytes("sdxl", "decode", 512, 512, **kw) == first
     est.clear_cache()
     path.write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
-    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-6\)"):
+    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-7\)"):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
@@ -541,11 +541,13 @@ def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
     assert est.conv_transient_bytes(doc["models"]["cogvideox"], s, "decode", "bf16", "onednn", 320, 192, 1, 9,
                                     False) == LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 2
     assert all("weight_copy_factor" not in c["class"] for c in doc["calibrations"] if c["conv_backend"] == "aten")
-    # an own line says how it was fitted: 0 on the whole demand, else less the transients, which it adds
-    own = {(c["calibration"], a): ln["weight_copy_factor"] for c in doc["calibrations"] if c["conv_backend"] == "onednn"
+    # an own line says how it was fitted: on the whole demand (with the largest transient its points held, beyond
+    # which it adds a request's), else less the transients, which it adds whole
+    own = {(c["calibration"], a): ln for c in doc["calibrations"] if c["conv_backend"] == "onednn"
            for a, ln in c["architectures"].items()}
-    assert set(own.values()) == {0.0, 1 + doc["margin"]}
-    assert own[("conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled", "ltx-2")] == 1 + doc["margin"]
+    assert {ln["weight_copy_factor"] for ln in own.values()} == {1 + doc["margin"]}
+    assert {"transient_seen_bytes" in ln for ln in own.values()} == {True, False}
+    assert "transient_seen_bytes" not in own[("conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled", "ltx-2")]
 
 
 def test_an_own_line_less_the_transients_prices_across_the_kernel_switch():
@@ -557,6 +559,27 @@ def test_an_own_line_less_the_transients_prices_across_the_kernel_switch():
     assert one.source == nine.source == "measured"
     assert "432 MiB" in nine.reason and "432 MiB" not in one.reason
     assert 32.4 * MIB <= one.bytes < 100 * MIB and 452.0 * MIB <= nine.bytes < 1.3 * 452.0 * MIB
+
+
+def test_a_whole_demand_own_line_prices_a_transient_beyond_its_points_and_says_so():
+    """HunyuanVideo's fp32 decode line is fitted on the whole demand: its points held transients of at most 27 MiB
+    (``transient_seen_bytes``), so at 320x192 x 9 frames (27 MiB) it adds nothing, and at 1280x720 x 33 frames,
+    whose largest transient is more, it adds 1.05 x the excess; each reason says which."""
+    doc = est.load(COMMITTED)
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    (calib,) = [c for c in doc["calibrations"] if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"]
+    line = calib["architectures"]["hunyuanvideo"]
+    seen = line["transient_seen_bytes"]
+    s = doc["structures"]["hunyuanvideo/decode/fp32/untiled"]
+    for (w, h, f), within in (((320, 192, 9), True), ((1280, 720, 33), False)):
+        e = est.explain("hunyuanvideo", "decode", w, h, frames=f, **kw)
+        t = est.conv_transient_bytes(doc["models"]["hunyuanvideo"], s, "decode", "fp32", "onednn", w, h, 1, f, False)
+        dry = est.dry_run_bytes(None, "hunyuanvideo", "decode", w, h, dtype="fp32", frames=f)
+        assert (t <= seen) == within and e.source == "measured"
+        assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, dry, dry, False, w * h)
+                              + line["weight_copy_factor"] * max(0, t - seen))
+        assert (f"within the {seen / MIB:.0f} MiB its points held" in e.reason) == within
+        assert (f"less the {seen / MIB:.0f} MiB its points held" in e.reason) != within
 
 
 def test_weight_copy_fields_are_validated(tmp_path):
@@ -585,6 +608,15 @@ def test_weight_copy_fields_are_validated(tmp_path):
         (lambda d: d["calibrations"][k]["architectures"]["ltx-2"].__setitem__("weight_copy_factor", 0.5),
          f"calibrations[{k}].architectures.ltx-2.weight_copy_factor must be 0 (fitted on the whole demand) or at "
          f"least 1"),
+        (lambda d: d["calibrations"][k]["architectures"]["wan21"].__setitem__("transient_seen_bytes", -1),
+         f"calibrations[{k}].architectures.wan21.transient_seen_bytes must be a non-negative integer"),
+        (lambda d: d["calibrations"][k]["architectures"]["wan21"].__setitem__("transient_seen_bytes", 1.5),
+         f"calibrations[{k}].architectures.wan21.transient_seen_bytes must be a non-negative integer"),
+        (lambda d: d["calibrations"][k]["architectures"]["wan21"].__setitem__("weight_copy_factor", 0.0),
+         f"calibrations[{k}].architectures.wan21.transient_seen_bytes must be only on an own line with "
+         f"weight_copy_factor of at least 1"),
+        (lambda d: d["calibrations"][k]["class"].__setitem__("transient_seen_bytes", 0),
+         f"calibrations[{k}].class.transient_seen_bytes must be only on an own line"),
     ]:
         bad = json.loads(json.dumps(doc))
         mutate(bad)
@@ -597,11 +629,23 @@ def test_weight_copy_fields_are_validated(tmp_path):
     for c in old["calibrations"]:
         for line in (c["class"], *c["architectures"].values()):
             line.pop("weight_copy_factor", None)
+            line.pop("transient_seen_bytes", None)
+    six = json.loads(json.dumps(doc))  # schema 6: a whole-demand own line's factor is 0, and it adds nothing
+    six["schema_version"] = 6
+    for c in six["calibrations"]:
+        for line in c["architectures"].values():
+            if line.pop("transient_seen_bytes", None) is not None:
+                line["weight_copy_factor"] = 0.0
+    assert est.validate(six, "c.json")
+    line = six["calibrations"][k]["architectures"]["wan21"]
+    assert est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192, 10**12) == \
+        est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192)
     five = json.loads(json.dumps(doc))  # schema 5: own lines without the factor (fitted on the whole demand)
     five["schema_version"] = 5
     for c in five["calibrations"]:
         for line in c["architectures"].values():
             line.pop("weight_copy_factor", None)
+            line.pop("transient_seen_bytes", None)
     assert est.validate(five, "c.json")
     e = est.explain("cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn",
                     allocator="glibc-fixed", os="linux", coefficients=old)

@@ -683,6 +683,28 @@ def test_a_pooled_line_on_a_weight_copying_backend_transfers_an_architectures_co
     assert "weight_copy_factor" not in co.calibration_line([r for rs in rows.values() for r in rs], 0.05)
 
 
+def test_a_whole_demand_own_line_adds_only_a_transient_beyond_the_largest_its_points_held():
+    """An architecture whose demand is 1.2 x dry + 30 MiB wherever its transients (10-40 MiB, im2col buffers) fall
+    among fewer live tensors than the peak: the line on the whole demand covers it tightly, the line less the
+    transients over-reserves, so the whole-demand line is its own. It records the largest transient its points held
+    (40 MiB) and prices every one of them as fitted; a request whose transient is a 432 MiB weight copy (a step no
+    point showed) gets 1.05 x the 392 MiB beyond it on top, one within 40 MiB nothing."""
+    dry = [d * MIB for d in (20, 60, 150, 400)]
+    rows = [(d, d, 1.2 * d + 30 * MIB, False, 256 * 256, t * MIB) for d, t in zip(dry, (10, 40, 25, 15))]
+    plain = co.calibration_line(rows, 0.05, floor=True)
+    line = co.own_line(rows, 0.05, True)
+    assert line["transient_seen_bytes"] == 40 * MIB and line["weight_copy_factor"] == 1.05
+    at = lambda ln, d, t: est.calibration_bytes(ln, d, d, False, 256 * 256, t)  # noqa: E731
+    for r in rows:
+        assert at(line, r[0], r[5]) == at(plain, r[0], 0) >= r[2]
+    assert at(line, 300 * MIB, 432 * MIB) == pytest.approx(at(plain, 300 * MIB, 0) + 1.05 * 392 * MIB, rel=1e-12)
+    assert at(line, 300 * MIB, 40 * MIB) == at(plain, 300 * MIB, 0)
+    # where the line less the transients is the tighter one it stays, and adds the whole transient
+    steps = [(d, d, 1.2 * d + 30 * MIB + t * MIB, False, 256 * 256, t * MIB) for d, t in zip(dry, (0, 432, 0, 432))]
+    net = co.own_line(steps, 0.05, True)
+    assert "transient_seen_bytes" not in net and net["weight_copy_factor"] == 1.05
+
+
 def test_past_its_last_knot_a_clip_grows_at_least_as_its_output():
     """CogVideoX's decode is flat from 17 to 65 frames (the first chunk's working set leads); past its last knot
     the peak grows at least as the output clip does (the chunks' outputs are kept) and reaches twice the output (their

@@ -78,8 +78,11 @@ from collections.abc import Callable
 # 6: an own line on a weight-copying backend carries weight_copy_factor too (0: fitted on the whole demand), and an
 # untiled fp32 structure conv_transients, which a reader of 5 would ignore on own lines (under-pricing where a
 # convolution's path switches); a file of 5 is one of 6 whose own lines are all fitted on the whole demand.
-SCHEMA_VERSION = 6
-READABLE_SCHEMAS = (3, 4, 5, 6)
+# 7: an own line fitted on the whole demand carries weight_copy_factor >= 1 and transient_seen_bytes, the largest
+# transient its points held, and adds what a request's transient holds beyond it, which a reader of 6 would price as
+# the whole transient on top; a file of 6 is one of 7 whose whole-demand lines (weight_copy_factor 0) add nothing.
+SCHEMA_VERSION = 7
+READABLE_SCHEMAS = (3, 4, 5, 6, 7)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -584,6 +587,12 @@ def validate(data: object, source: str = "coefficients") -> dict:
                 f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
                 _need(f == 0 or f >= 1, f"{w}.{name}.weight_copy_factor", "0 (fitted on the whole demand) or at "
                       "least 1 (on what the convolutions' transients leave, which it adds)", f)
+        for name, line in lines.items():  # from 7 a whole-demand own line says which transients it has priced
+            if "transient_seen_bytes" in line:  # (read at any version: layered over an older file, it keeps it)
+                _need(name != "class" and line.get("weight_copy_factor", 0) >= 1,
+                      f"{w}.{name}.transient_seen_bytes", "only on an own line with weight_copy_factor of at least "
+                      "1", line["transient_seen_bytes"])
+                _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
@@ -1563,12 +1572,15 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
                       copy_bytes: float = 0) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
-    a video architecture; ``frame_pixels``: width x height; ``copy_bytes``: :func:`weight_copy_bytes`, which a
-    class line with ``weight_copy_factor`` adds). Below the line's domain (``domain_min_frame_pixels``)
+    a video architecture; ``frame_pixels``: width x height; ``copy_bytes``: the request's convolution transient
+    (:func:`conv_transient_bytes`), which a line with ``weight_copy_factor`` adds, beyond its
+    ``transient_seen_bytes`` where it has them: a line fitted on the whole demand has priced the transients its
+    points held). Below the line's domain (``domain_min_frame_pixels``)
     the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
     the larger of the two lines. The one evaluation of the line: the fit, the reports and the pricing all call
     it."""
-    return _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + c.get("weight_copy_factor", 0.0) * copy_bytes
+    return _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + \
+        c.get("weight_copy_factor", 0.0) * max(0.0, copy_bytes - c.get("transient_seen_bytes", 0))
 
 
 def weight_copy_bytes(largest_conv_parameters: int, dtype: str, backend: str) -> int:
@@ -1724,7 +1736,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             reason = (f"measured on this platform ({own['n_points']} points{where}): "
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
-            if copy:
+            seen = own.get("transient_seen_bytes")
+            if copy and seen is not None:  # fitted on the whole demand: its points' transients are in the line
+                reason += (f" + {own['weight_copy_factor']:.2f} x ({_copy_says(plan, tile)}, {copy / MIB:.0f} MiB,"
+                           f" less the {seen / MIB:.0f} MiB its points held)" if copy > seen else
+                           f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is within the {seen / MIB:.0f} MiB "
+                           f"its points held, which the line prices")
+            elif copy:
                 reason += f" + {own['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB"
             if dry > line["dry_bytes_max"]:
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
