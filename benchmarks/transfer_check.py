@@ -1,6 +1,6 @@
 """Campaign 15: architectures never measured on this CPU, priced by transfer before they were measured, against
-what they needed, beside the transfer of the committed fit (the class line of the others, with the convolution
-transients: `vaemem.estimate.conv_transient_bytes`).
+what they needed, beside the transfer of the committed fit (the highest of the class line of the others and each
+one's line, with the convolution transients: `vaemem.estimate.transfer_bytes`, `vaemem.estimate.conv_transient_bytes`).
 
     python benchmarks/transfer_check.py            # reads fits/campaign15-prices-before.json and the campaign
 

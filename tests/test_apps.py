@@ -282,7 +282,8 @@ def test_layering_keeps_the_shipped_lines_of_architectures_the_rig_did_not_measu
     shipped = json.loads(PACKAGED.read_text())
     cid = "conv2d/onednn/glibc-fixed/fp32/linux/decode/untiled"
     mine = {**shipped, "calibrations": [{**c, "architectures": {"flux1": {**c["architectures"]["flux1"],
-                                                                          "dry_factor": 2.0}}}
+                                                                          "dry_factor": 2.0}},
+                                         "transfer_lines": {"flux1": c["transfer_lines"]["flux1"]}}
                                         for c in shipped["calibrations"] if c["calibration"] == cid]}
     (tmp_path / "mine.json").write_text(json.dumps(mine))
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")

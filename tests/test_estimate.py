@@ -536,8 +536,13 @@ def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
                                          False)
     assert transient > 0 and f"{transient / MIB:.0f} MiB" in e.reason
     assert line["weight_copy_factor"] == 1 + doc["margin"]
-    assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, dry, dry, False, 320 * 192)
-                          + line["weight_copy_factor"] * transient)
+    # the highest of the class line and each architecture's, every one with the transient on top
+    lines = [line, *calib["transfer_lines"].values()]
+    assert {ln["weight_copy_factor"] for ln in lines} == {1 + doc["margin"]}
+    assert e.bytes == int(max(est.calibration_bytes({**ln, "weight_copy_factor": 0.0}, dry, dry, False, 320 * 192)
+                              for ln in lines) + line["weight_copy_factor"] * transient)
+    top = est.transfer_bytes(calib, dry, dry, False, 320 * 192, transient)[1]
+    assert top != "class" and e.reason.startswith(f"cogvideox not measured here; {top}'s line, the highest here")
     assert est.conv_transient_bytes(doc["models"]["cogvideox"], s, "decode", "bf16", "onednn", 320, 192, 1, 9,
                                     False) == LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 2
     assert all("weight_copy_factor" not in c["class"] for c in doc["calibrations"] if c["conv_backend"] == "aten")
@@ -617,6 +622,18 @@ def test_weight_copy_fields_are_validated(tmp_path):
          f"weight_copy_factor of at least 1"),
         (lambda d: d["calibrations"][k]["class"].__setitem__("transient_seen_bytes", 0),
          f"calibrations[{k}].class.transient_seen_bytes must be only on an own line"),
+        (lambda d: d["calibrations"][k].__delitem__("transfer_lines"),
+         f"calibrations[{k}].transfer_lines is missing"),
+        (lambda d: d["calibrations"][k]["transfer_lines"].__delitem__("wan21"),
+         f"calibrations[{k}].transfer_lines must be one line per architecture of architectures"),
+        (lambda d: d["calibrations"][k]["transfer_lines"]["wan21"].__setitem__("floor_bytes", 10**8),
+         f"calibrations[{k}].transfer_lines.wan21.floor_bytes must be absent"),
+        (lambda d: d["calibrations"][k]["transfer_lines"]["wan21"].__setitem__("weight_copy_factor", 0.0),
+         f"calibrations[{k}].transfer_lines.wan21.weight_copy_factor must be at least 1"),
+        (lambda d: d["calibrations"][k]["transfer_lines"]["wan21"].__setitem__("transient_seen_bytes", 0),
+         f"calibrations[{k}].transfer_lines.wan21.transient_seen_bytes must be only on an own line"),
+        (lambda d: d["calibrations"][j]["transfer_lines"]["sd15"].__setitem__("weight_copy_factor", 1.05),
+         f"calibrations[{j}].transfer_lines.sd15.weight_copy_factor must be absent off onednn"),
     ]:
         bad = json.loads(json.dumps(doc))
         mutate(bad)
@@ -627,22 +644,30 @@ def test_weight_copy_fields_are_validated(tmp_path):
     for m in old["models"].values():
         del m["largest_conv_parameters"]
     for c in old["calibrations"]:
+        del c["transfer_lines"]
         for line in (c["class"], *c["architectures"].values()):
             line.pop("weight_copy_factor", None)
             line.pop("transient_seen_bytes", None)
-    six = json.loads(json.dumps(doc))  # schema 6: a whole-demand own line's factor is 0, and it adds nothing
-    six["schema_version"] = 6
+    six = json.loads(json.dumps(doc))  # schema 6: a whole-demand own line's factor is 0, and it adds nothing;
+    six["schema_version"] = 6  # no transfer_lines: a transfer takes the class line
     for c in six["calibrations"]:
+        del c["transfer_lines"]
         for line in c["architectures"].values():
             if line.pop("transient_seen_bytes", None) is not None:
                 line["weight_copy_factor"] = 0.0
     assert est.validate(six, "c.json")
+    e6 = est.explain("cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn",
+                     allocator="glibc-fixed", os="linux", coefficients=six)
+    assert "conv3d class line of" in e6.reason and e6.bytes < est.explain(
+        "cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed",
+        os="linux").bytes
     line = six["calibrations"][k]["architectures"]["wan21"]
     assert est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192, 10**12) == \
         est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192)
     five = json.loads(json.dumps(doc))  # schema 5: own lines without the factor (fitted on the whole demand)
     five["schema_version"] = 5
     for c in five["calibrations"]:
+        del c["transfer_lines"]
         for line in c["architectures"].values():
             line.pop("weight_copy_factor", None)
             line.pop("transient_seen_bytes", None)

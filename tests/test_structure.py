@@ -683,6 +683,30 @@ def test_a_pooled_line_on_a_weight_copying_backend_transfers_an_architectures_co
     assert "weight_copy_factor" not in co.calibration_line([r for rs in rows.values() for r in rs], 0.05)
 
 
+def test_a_transfer_takes_the_highest_of_the_class_line_and_each_architectures_line():
+    """Two measured architectures of a class: ``low`` needs 1.0 x dry + 20 MiB at dry runs of 50-800 MiB, ``high``
+    1.2 x dry + 300 MiB at 20-100 MiB. Their pooled envelope is 0.6 x dry + 381 MiB: flatter than ``high``, so a
+    third like ``high`` measured at 200-800 MiB, left out, is under-reserved by the pooled line alone (0.68x at
+    800 MiB) and covered by the highest of it and each architecture's line (``high``'s there: 1.05x, the
+    margin)."""
+    def rows(f, b, dry):
+        return [(d * MIB, d * MIB, (f * d + b) * MIB, False, 256 * 256, 0) for d in dry]
+    per = {"low": rows(1.0, 20, (50, 100, 400, 800)), "high": rows(1.2, 300, (20, 40, 60, 100)),
+           "third": rows(1.2, 300, (200, 400, 800))}
+    pooled = co.calibration_line(per["low"] + per["high"], 0.05)
+    assert any(est.calibration_bytes(pooled, r[0], r[1], False, r[4]) < r[2] for r in per["third"])
+    ratios = co.held_out_ratios(per, 0.05)["third"]
+    assert min(ratios) >= 1.0 and max(ratios) == pytest.approx(1.05, abs=0.01)
+    lines = co.transfer_lines(per, 0.05, False)
+    assert set(lines) == {"low", "high", "third"} and all("floor_bytes" not in ln for ln in lines.values())
+    calib = {"class": pooled, "transfer_lines": {a: lines[a] for a in ("low", "high")}}
+    price, which = est.transfer_bytes(calib, 400 * MIB, 400 * MIB, False, 256 * 256)
+    assert which == "high" and price == max(est.calibration_bytes(ln, 400 * MIB, 400 * MIB, False, 256 * 256)
+                                             for ln in (pooled, *calib["transfer_lines"].values()))
+    assert est.transfer_bytes({"class": pooled}, 400 * MIB, 400 * MIB, False, 256 * 256) == \
+        (est.calibration_bytes(pooled, 400 * MIB, 400 * MIB, False, 256 * 256), "class")  # a file of schema 6
+
+
 def test_a_whole_demand_own_line_adds_only_a_transient_beyond_the_largest_its_points_held():
     """An architecture whose demand is 1.2 x dry + 30 MiB wherever its transients (10-40 MiB, im2col buffers) fall
     among fewer live tensors than the peak: the line on the whole demand covers it tightly, the line less the

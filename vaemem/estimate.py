@@ -27,12 +27,13 @@ order:
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
     (or, where no structure covers the request, e.g. a tiny test model's, its measured pixel line
     ``slope x pixels [+ tile_slope x tile^2] + base``);
-(b) **transfer**: the platform was measured with other architectures of the same kernel class: the class's pooled
-    line at this architecture's dry-run peak; the estimate says whether the class's architectures agreed
+(b) **transfer**: the platform was measured with other architectures of the same kernel class: at this
+    architecture's dry-run peak, the highest of the class's pooled line and each measured architecture's line
+    (:func:`transfer_bytes`); the estimate says whether the class's architectures agreed
     (factors within 15 %, and each, held out, covered by the others' line) or the transfer is unverified. On a
     backend that holds convolution transients no dry run sees (``WEIGHT_COPY_BACKENDS``: oneDNN's copy of a
     weight, or torch's im2col buffer where oneDNN does not run the convolution, :func:`conv_transient_bytes`)
-    the pooled line is fitted on demand less each point's transient, and prices ``weight_copy_factor`` x this
+    these lines are fitted on demand less each point's transient, and price ``weight_copy_factor`` x this
     request's transient on top: a transient is what one architecture's points cannot tell about another's (an
     architecture's own line there is fitted the same way, unless the line on its whole demand reserves less at
     its worst point: ``weight_copy_factor`` 0);
@@ -575,21 +576,37 @@ def validate(data: object, source: str = "coefficients") -> dict:
             _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6)
         _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6)
         lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
+        if version >= 7 or "transfer_lines" in c:  # from 7: each architecture's line as a transfer takes it
+            moved = _field(c, "transfer_lines", w, "dict")
+            # a layered document keeps the class's lines of its widest pool beside every layer's own lines
+            _need(set(moved) <= set(c["architectures"]) if data.get("layered") else
+                  set(moved) == set(c["architectures"]), f"{w}.transfer_lines", "one line per architecture of "
+                  "architectures", sorted(moved))
+            for arch, line in sorted(moved.items()):
+                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True)
+                _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
+                      "takes no architecture's resident floor)", line.get("floor_bytes"))
+                lines[f"transfer_lines.{arch}"] = line
         for name, line in lines.items():
             if "weight_copy_factor" in line:
                 _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS, f"{w}.{name}.weight_copy_factor",
                       f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}", line["weight_copy_factor"])
         if version >= 5 and c["conv_backend"] in WEIGHT_COPY_BACKENDS:  # the copy is never less than itself
-            f = _field(c["class"], "weight_copy_factor", f"{w}.class", "num>=0")
-            _need(f >= 1, f"{w}.class.weight_copy_factor", "at least 1 (the copy itself, the margin on top)", f)
+            for name, line in lines.items():  # the lines a transfer takes are fitted less the transients
+                if not name.startswith("architectures."):
+                    f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
+                    _need(f >= 1, f"{w}.{name}.weight_copy_factor", "at least 1 (the copy itself, the margin on "
+                          "top)", f)
             # from 6 an own line says whether it was fitted on what the transients leave (>= 1) or not (0)
             for name, line in lines.items() if version >= 6 else ():
+                if not name.startswith("architectures."):
+                    continue
                 f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
                 _need(f == 0 or f >= 1, f"{w}.{name}.weight_copy_factor", "0 (fitted on the whole demand) or at "
                       "least 1 (on what the convolutions' transients leave, which it adds)", f)
         for name, line in lines.items():  # from 7 a whole-demand own line says which transients it has priced
             if "transient_seen_bytes" in line:  # (read at any version: layered over an older file, it keeps it)
-                _need(name != "class" and line.get("weight_copy_factor", 0) >= 1,
+                _need(name.startswith("architectures.") and line.get("weight_copy_factor", 0) >= 1,
                       f"{w}.{name}.transient_seen_bytes", "only on an own line with weight_copy_factor of at least "
                       "1", line["transient_seen_bytes"])
                 _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
@@ -1450,8 +1467,9 @@ class _Plan:
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            env = int(calibration_bytes(self.line, dry, one, self.arch_video and f == 1, w * h,  # type: ignore
-                                        copy))
+            env = int(calibration_bytes(self.own, dry, one, self.arch_video and f == 1, w * h, copy)
+                      if self.own is not None else
+                      transfer_bytes(self.calib, dry, one, self.arch_video and f == 1, w * h, copy)[0])
             return env + self.cast_bytes, env, dry, 0, "", 0.0, one
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
@@ -1581,6 +1599,21 @@ def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, fram
     it."""
     return _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + \
         c.get("weight_copy_factor", 0.0) * max(0.0, copy_bytes - c.get("transient_seen_bytes", 0))
+
+
+def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
+                   copy_bytes: float = 0) -> tuple[float, str]:
+    """A transfer's price (the arguments of :func:`calibration_bytes`) to an architecture calibration ``calib``
+    never measured, and which line set it (``"class"`` or an architecture): the highest of the class line, pooled
+    over its architectures' points, and each architecture's ``transfer_lines`` entry (its points' envelope, less
+    the transients on a weight-copying backend, without a floor). Why both: the pooled line is one compromise
+    over architectures whose demand / dry run differ, and left out, HunyuanVideo's fp32 decode was under it at 8 of
+    20 points (0.88); each architecture's line is the class's measured factor at this dry-run peak, the pooled one
+    covers what lies between them. A file of schema 6 has no ``transfer_lines``: its class line alone."""
+    moved = calib.get("transfer_lines", {})
+    return max(((calibration_bytes(calib["class"] if a == "class" else moved[a], dry, dry1, single_frame,
+                                   frame_pixels, copy_bytes), a) for a in ("class", *sorted(moved))),
+               key=lambda t: t[0])
 
 
 def weight_copy_bytes(largest_conv_parameters: int, dtype: str, backend: str) -> int:
@@ -1750,15 +1783,20 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
-        line = _line_at(calib["class"], dry, one, plan.arch_video and int(frames) == 1,
-                        int(width) * int(height))[0]
-        below = (f"; frames below {calib['class']['domain_min_frame_pixels']} px: the line of the points measured "
-                 f"there" if line is not calib["class"] else "")
-        reason = (f"{m['architecture']} not measured here; {calib['kernel']} class line of "
-                  f"{', '.join(sorted(calib['architectures']))} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _line_terms(line, dry, one, plan.arch_video and int(frames) == 1))
+        single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
+        # the line that set the price: the class line, or one architecture's where it reserves more
+        top = transfer_bytes(calib, dry, one, single, px, copy)[1]
+        chosen = calib["class"] if top == "class" else calib["transfer_lines"][top]
+        line = _line_at(chosen, dry, one, single, px)[0]
+        below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
+                 f"there" if line is not chosen else "")
+        which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
+                 else f"{top}'s line, the highest here of the {calib['kernel']} class line of "
+                      f"{', '.join(sorted(calib['architectures']))} and their own")
+        reason = (f"{m['architecture']} not measured here; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
+                  + _line_terms(line, dry, one, single))
         if copy:
-            reason += (f" + {calib['class']['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
+            reason += (f" + {chosen['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
                        f"{copy / MIB:.0f} MiB")
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":

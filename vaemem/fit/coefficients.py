@@ -21,7 +21,7 @@ from typing import Any
 
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
-from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id
+from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -489,8 +489,9 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin, copies)
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
-                    "class": calibration_line(pooled, margin, weight_copy=copies), "spread": round(spread, 4),
-                    "agree": agree, "torch_versions": sorted(torches)})
+                    "class": calibration_line(pooled, margin, weight_copy=copies),
+                    "transfer_lines": transfer_lines({a: per_arch[a] for a in archs}, margin, copies),
+                    "spread": round(spread, 4), "agree": agree, "torch_versions": sorted(torches)})
     return out
 
 
@@ -519,19 +520,31 @@ def own_line(rows: list[tuple], margin: float, copies: bool) -> dict[str, Any]:
     return {**plain, "weight_copy_factor": round(1 + margin, 6), "transient_seen_bytes": int(max(r[5] for r in rows))}
 
 
+def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy: bool) -> dict[str, dict[str, Any]]:
+    """Per architecture of a class (rows as :func:`calibration_line` takes them, two dry-run peaks or more), its
+    line as a transfer to another architecture takes it (:func:`vaemem.estimate.transfer_bytes`): as the class line
+    is fitted (less the transients on a weight-copying backend), without a floor (a resident floor is the
+    architecture's own: HunyuanImage-2.1's decoder's 326 MiB would price every small image of the class)."""
+    return {a: calibration_line(rows, margin, weight_copy=weight_copy) for a, rows in sorted(per_arch.items())
+            if len({r[0] for r in rows}) >= 2}
+
+
 def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float,
                     weight_copy: bool = False) -> dict[str, list[float]]:
     """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them), the
-    reservation / demand of the pooled line of the others (``weight_copy``: with each row's convolution transient,
-    as a transfer prices it) at each of its points in the calibration domain (architectures whose rest has fewer than
-    two dry-run peaks, or that have no point in the domain, are left out)."""
+    reservation / demand of a transfer from the others (the highest of their pooled line and each one's
+    :func:`transfer_lines`; ``weight_copy``: with each row's convolution transient, as a transfer prices it) at each
+    of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
+    have no point in the domain, are left out)."""
     out = {}
+    lines = transfer_lines(per_arch, margin, weight_copy)
     for a, rows in sorted(per_arch.items()):
         rest = [r for b, rs in per_arch.items() if b != a for r in rs]
         if len({r[0] for r in rest}) < 2:
             continue
-        line = calibration_line(rest, margin, weight_copy=weight_copy)
-        ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0) / r[2]
+        calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy),
+                 "transfer_lines": {b: ln for b, ln in lines.items() if b != a}}
+        ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0)[0] / r[2]
                   for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
         if ratios:
             out[a] = ratios
@@ -539,7 +552,7 @@ def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float,
 
 
 def held_out_uncovered(per_arch: dict[str, list[tuple]], margin: float, weight_copy: bool = False) -> list[str]:
-    """The architectures of a class not shown covered by the pooled line of the others (:func:`held_out_ratios`):
+    """The architectures of a class not shown covered by a transfer from the others (:func:`held_out_ratios`):
     under-reserved at a point of the calibration domain, or with no held-out evidence (no point in the domain):
     what a transfer to an unmeasured architecture would risk. Why a condition of agreement beside the spread: the
     spread compares the lines at one dry-run peak, and on this CPU the fp32 conv3d encoders were within 1.10 there

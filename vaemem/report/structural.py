@@ -98,7 +98,7 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
 
 
 def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
-    """Per platform, kernel class and architecture X (2+ architectures): X priced by the class line of the rest
+    """Per platform, kernel class and architecture X (2+ architectures): X priced as a transfer from the rest
     (:func:`vaemem.fit.coefficients.held_out_ratios`, which also decides whether a class agrees)."""
     out = []
     for cid, entries in sorted(_points(data, structures).items()):
@@ -255,7 +255,8 @@ def markdown(s: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|"]
     out += [f"| {g} | {r['sizes']} ({r['domain_sizes']}) | {r['n']} | {_f(r['domain'])} | {_f(r)} | {r['goal']} |"
             for g, r in s["held_out"].items()]
-    out += ["", "## Leave one architecture out: its points priced by the class line of the others\n",
+    out += ["", "## Leave one architecture out: its points priced as a transfer from the others (the highest of "
+            "their class line and each one's line)\n",
             f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
             f"{s['goal']['loao_listed_above']}. Points in the calibration domain. Demand / dry run: the medians "
             f"over the domain's points (over all its points where none is in it), its own and the others' range; "
