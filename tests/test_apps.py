@@ -294,6 +294,46 @@ def test_layering_keeps_the_shipped_lines_of_architectures_the_rig_did_not_measu
     assert flux.source == "measured" and "2.000 x dry-run peak" in flux.reason
 
 
+def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(tmp_path):
+    """A rig's fit that measured CogVideoX beside Wan 2.1 (2 architectures) layered over the packaged file (9 in the
+    conv3d fp32 decode calibration, CogVideoX not among them): CogVideoX is priced by its own line, and the class
+    line and transfer lines stay the packaged ones (the widest pool), which have none for CogVideoX; a single file
+    that claims to be layered gets no such leave."""
+    shipped = json.loads(PACKAGED.read_text())
+    cid = "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+    (c,) = [c for c in shipped["calibrations"] if c["calibration"] == cid]
+    assert "cogvideox" not in c["architectures"]
+    mine = {**shipped, "calibrations": [{**c, "architectures": {
+        "wan21": c["architectures"]["wan21"], "cogvideox": {**c["architectures"]["wan21"], "dry_factor": 2.0}},
+        "transfer_lines": {"wan21": c["transfer_lines"]["wan21"], "cogvideox": c["transfer_lines"]["wan21"]}}]}
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    cog = est.explain("cogvideox", "decode", 320, 192, coefficients=[tmp_path / "mine.json", None], **kw)
+    assert cog.source == "measured" and "2.000 x dry-run peak" in cog.reason
+    claims = {**shipped, "layered": True, "calibrations": [{**c, "transfer_lines": {}}]}
+    with pytest.raises(ValueError, match=r"transfer_lines must be one line per architecture of architectures"):
+        est.validate(claims, "c.json")
+
+
+def test_a_schema_6_layer_prices_transfer_as_its_pool_says(tmp_path):
+    """Layered with the packaged file (schema 7), a schema-6 fit of the same pools (no transfer_lines): the first
+    layer's calibration wins a tie of pools whole, so [6, packaged] prices a transfer by the class line alone, as
+    the schema-6 file does by itself, and [packaged, 6] as the packaged file does."""
+    six = json.loads(PACKAGED.read_text())
+    six["schema_version"] = 6
+    for c in six["calibrations"]:
+        del c["transfer_lines"]
+        for line in c["architectures"].values():
+            if line.pop("transient_seen_bytes", None) is not None:
+                line["weight_copy_factor"] = 0.0
+    (tmp_path / "six.json").write_text(json.dumps(six))
+    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    price = {name: est.explain("cogvideox", "decode", 320, 192, coefficients=c, **kw).bytes for name, c in
+             (("six", tmp_path / "six.json"), ("packaged", PACKAGED), ("six first", [tmp_path / "six.json", None]),
+              ("packaged first", [None, tmp_path / "six.json"]))}
+    assert price["six first"] == price["six"] < price["packaged"] == price["packaged first"]
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(dtype=["fp32"]), "dtype must be a string"),
     (dict(backend={}), "backend must be a string"),

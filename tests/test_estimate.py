@@ -519,10 +519,11 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
 
 
 def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
-    """CogVideoX's untiled fp32 decode is not measured on these CPUs: it transfers the conv3d class line (fitted
-    less each point's transient) at its dry-run peak plus the class line's weight_copy_factor x the transient of
-    this request by its structure's laws (:func:`est.conv_transient_bytes`); in bf16 on oneDNN the copy of its
-    largest convolution (7,077,888 elements); the aten (reference-path) bf16 calibration adds nothing."""
+    """CogVideoX's untiled fp32 decode is not measured on these CPUs: it transfers the highest of the conv3d class
+    line and each architecture's line (all fitted less each point's transient) at its dry-run peak plus their
+    weight_copy_factor x the transient of this request by its structure's laws (:func:`est.conv_transient_bytes`);
+    in bf16 on oneDNN the copy of its largest convolution (7,077,888 elements); the aten (reference-path) bf16
+    calibration adds nothing. The reason names the line that set the price and how far beyond its points it went."""
     from vaemem.models.zoo import LARGEST_CONV_PARAMETERS
 
     doc = est.load(COMMITTED)
@@ -543,6 +544,16 @@ def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
                               for ln in lines) + line["weight_copy_factor"] * transient)
     top = est.transfer_bytes(calib, dry, dry, False, 320 * 192, transient)[1]
     assert top != "class" and e.reason.startswith(f"cogvideox not measured here; {top}'s line, the highest here")
+    chosen = calib["transfer_lines"][top]  # the terms it says are that line's
+    assert f"{chosen['dry_factor']:.3f} x dry-run peak" in e.reason and chosen["dry_factor"] != line["dry_factor"]
+    # how far from the measured points it went: 832x480 x 49 frames is far beyond the line that prices it
+    big = est.dry_run_bytes(None, "cogvideox", "decode", 832, 480, dtype="fp32", frames=49)
+    far = est.explain("cogvideox", "decode", 832, 480, **{**kw, "frames": 49})
+    top = est.transfer_bytes(calib, big, big, False, 832 * 480)[1]
+    line = calib["class"] if top == "class" else calib["transfer_lines"][top]
+    assert big > line["dry_bytes_max"] and \
+        f"{big / line['dry_bytes_max']:.1f}x beyond that line's largest measured dry-run peak" in far.reason
+    assert "beyond" not in e.reason
     assert est.conv_transient_bytes(doc["models"]["cogvideox"], s, "decode", "bf16", "onednn", 320, 192, 1, 9,
                                     False) == LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 2
     assert all("weight_copy_factor" not in c["class"] for c in doc["calibrations"] if c["conv_backend"] == "aten")
@@ -572,7 +583,8 @@ def test_a_whole_demand_own_line_prices_a_transient_beyond_its_points_and_says_s
     whose largest transient is more, it adds 1.05 x the excess; each reason says which."""
     doc = est.load(COMMITTED)
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
-    (calib,) = [c for c in doc["calibrations"] if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"]
+    cid = "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+    (calib,) = [c for c in doc["calibrations"] if c["calibration"] == cid]
     line = calib["architectures"]["hunyuanvideo"]
     seen = line["transient_seen_bytes"]
     s = doc["structures"]["hunyuanvideo/decode/fp32/untiled"]
@@ -584,7 +596,7 @@ def test_a_whole_demand_own_line_prices_a_transient_beyond_its_points_and_says_s
         assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, dry, dry, False, w * h)
                               + line["weight_copy_factor"] * max(0, t - seen))
         assert (f"within the {seen / MIB:.0f} MiB its points held" in e.reason) == within
-        assert (f"less the {seen / MIB:.0f} MiB its points held" in e.reason) != within
+        assert (f"less the {seen / MIB:.1f} MiB its points held" in e.reason) != within
 
 
 def test_weight_copy_fields_are_validated(tmp_path):

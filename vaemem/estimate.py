@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 5) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 7) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -30,13 +30,14 @@ order:
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: at this
     architecture's dry-run peak, the highest of the class's pooled line and each measured architecture's line
     (:func:`transfer_bytes`); the estimate says whether the class's architectures agreed
-    (factors within 15 %, and each, held out, covered by the others' line) or the transfer is unverified. On a
+    (factors within 15 %, and each, held out, covered by a transfer from the others) or the transfer is unverified. On a
     backend that holds convolution transients no dry run sees (``WEIGHT_COPY_BACKENDS``: oneDNN's copy of a
     weight, or torch's im2col buffer where oneDNN does not run the convolution, :func:`conv_transient_bytes`)
     these lines are fitted on demand less each point's transient, and price ``weight_copy_factor`` x this
     request's transient on top: a transient is what one architecture's points cannot tell about another's (an
     architecture's own line there is fitted the same way, unless the line on its whole demand reserves less at
-    its worst point: ``weight_copy_factor`` 0);
+    its worst point: that line adds only what a request's transient holds beyond ``transient_seen_bytes``, the
+    largest its points held; ``weight_copy_factor`` 0 in a file of schema 6: nothing);
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the convolution transient on such a
     backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
@@ -229,7 +230,8 @@ def _layer(docs: list) -> dict:
     """One document from several, the first winning per model, pixel group, structure and architecture line of a
     calibration (a rig owner's fit of flux1 replaces the shipped flux1 line, and keeps the shipped lines of the
     architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
-    holds the most architectures (the first on a tie): it prices transfer, so the widest pool sets it."""
+    holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
+    so the widest pool sets them."""
     out = {k: v for k, v in docs[-1].items() if not k.startswith("_")}
     out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
     models: dict = {}
@@ -246,8 +248,8 @@ def _layer(docs: list) -> dict:
             merged["architectures"] = {**(old["architectures"] if old else {}), **c["architectures"]}
             calibrations[cid] = merged
     out.update(models=models, structures=structures, groups=list(groups.values()),
-               calibrations=list(calibrations.values()), layered=len(docs))
-    return validate(out, "layered coefficients")
+               calibrations=list(calibrations.values()))
+    return validate(out, "layered coefficients", layered=True)
 
 
 def clear_cache() -> None:
@@ -473,10 +475,11 @@ def _check_keys(d: dict, where: str) -> None:
         _need(d[name] in valid, f"{where}.{name}", "one of " + ", ".join(valid), d[name])
 
 
-def validate(data: object, source: str = "coefficients") -> dict:
-    """Check a coefficient document (schema 3, 4 or 5) field by field and index it for pricing. Raises ValueError naming
-    ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative slope
-    or factor, or a line that prices a valid request at zero or less."""
+def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
+    """Check a coefficient document (schema 3 to 7) field by field and index it for pricing. Raises ValueError
+    naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
+    slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
+    :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
     if not isinstance(data, dict):
         raise ValueError(f"{source} is not a JSON object: not a vaemem coefficient file")
     version = data.get("schema_version")
@@ -579,7 +582,7 @@ def validate(data: object, source: str = "coefficients") -> dict:
         if version >= 7 or "transfer_lines" in c:  # from 7: each architecture's line as a transfer takes it
             moved = _field(c, "transfer_lines", w, "dict")
             # a layered document keeps the class's lines of its widest pool beside every layer's own lines
-            _need(set(moved) <= set(c["architectures"]) if data.get("layered") else
+            _need(set(moved) <= set(c["architectures"]) if layered else
                   set(moved) == set(c["architectures"]), f"{w}.transfer_lines", "one line per architecture of "
                   "architectures", sorted(moved))
             for arch, line in sorted(moved.items()):
@@ -609,7 +612,8 @@ def validate(data: object, source: str = "coefficients") -> dict:
                 _need(name.startswith("architectures.") and line.get("weight_copy_factor", 0) >= 1,
                       f"{w}.{name}.transient_seen_bytes", "only on an own line with weight_copy_factor of at least "
                       "1", line["transient_seen_bytes"])
-                _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
+                seen = _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
+                _need(seen <= LIMIT, f"{w}.{name}.transient_seen_bytes", f"at most {LIMIT:g}", seen)
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
@@ -1771,8 +1775,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
             if copy and seen is not None:  # fitted on the whole demand: its points' transients are in the line
-                reason += (f" + {own['weight_copy_factor']:.2f} x ({_copy_says(plan, tile)}, {copy / MIB:.0f} MiB,"
-                           f" less the {seen / MIB:.0f} MiB its points held)" if copy > seen else
+                reason += (f" + {own['weight_copy_factor']:.2f} x ({_copy_says(plan, tile)}, {copy / MIB:.1f} MiB,"
+                           f" less the {seen / MIB:.1f} MiB its points held)" if copy > seen else
                            f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is within the {seen / MIB:.0f} MiB "
                            f"its points held, which the line prices")
             elif copy:
@@ -1798,6 +1802,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         if copy:
             reason += (f" + {chosen['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
                        f"{copy / MIB:.0f} MiB")
+        if dry > chosen["dry_bytes_max"]:
+            reason += f", {dry / chosen['dry_bytes_max']:.1f}x beyond that line's largest measured dry-run peak"
         return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else

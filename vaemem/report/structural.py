@@ -5,8 +5,9 @@ leave-one-architecture-out transfer, and the apps' rules on the same points.
 * **Held out** (per architecture and platform, 4+ points over 2+ image sizes): each image size (width x height
   x tile, all its frame counts and batches together) is left out in turn, the architecture's calibration line is refitted on the
   rest exactly as ``vaemem fit`` does (envelope, margin, rounding up) and the left-out points are priced.
-* **Leave one architecture out** (per platform and kernel class, 2+ architectures): the class line is refitted
-  without architecture X and X's points are priced by it: what transfer would have reserved.
+* **Leave one architecture out** (per platform and kernel class, 2+ architectures): the class line and the
+  architectures' transfer lines are refitted without architecture X and X's points are priced by the highest of
+  them: what transfer would have reserved.
 """
 
 from __future__ import annotations
