@@ -552,8 +552,9 @@ def diff(
     frames: int = typer.Option(1, help="frames of a video architecture's clip (1 + its step x k)"),
 ) -> None:
     """Reservations before and after, in MiB, at chosen resolutions (batch 1; tiled groups at --tile): every
-    measured group and every architecture a calibration holds in either file, each priced by both files exactly
-    as an app would be. A cell the estimator refuses is n/a, and its reason is listed under the table."""
+    measured group, every architecture a calibration holds and every one it prices by transfer, in either file,
+    each priced by both files exactly as an app would be. A cell the estimator refuses is n/a, and its reason is
+    listed under the table."""
     from rich.table import Column, Table
 
     from vaemem import estimate as est
@@ -593,13 +594,20 @@ def diff(
 
 
 def _priced_keys(doc: dict) -> dict[str, dict]:
-    """Group id -> key fields of every request ``diff`` prices in ``doc``: its measured groups, and each
-    architecture of each calibration on that calibration's platform."""
+    """Group id -> key fields of every request ``diff`` prices in ``doc``: its measured groups, each architecture
+    of each calibration on that calibration's platform, and each architecture of its kernel class it prices by
+    transfer (one with a structure for that op, dtype and tiling): a refit that moves the class line or an
+    architecture's line moves those too."""
     from vaemem import estimate as est
 
     keys = {g["group"]: {k: g[k] for k in est.GROUP_KEYS} for g in doc["groups"]}
+    classes: dict[str, set[str]] = {}
+    for m in doc["models"].values():
+        classes.setdefault(m.get("kernel", "conv2d"), set()).add(m["architecture"])
     for c in doc.get("calibrations", []):
-        for arch in c["architectures"]:
+        moved = {a for a in classes.get(c["kernel"], ()) if c["op"] in doc["models"].get(a, {}).get("ops", est.OPS)
+                 and est.structure_key(a, c["op"], c["dtype"], c["tiled"]) in doc.get("structures", {})}
+        for arch in sorted(set(c["architectures"]) | moved):
             key = {"architecture": arch, **{k: c[k] for k in est.PLATFORM_KEYS}}
             keys.setdefault(est.group_id(key), key)
     return keys
