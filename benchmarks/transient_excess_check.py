@@ -24,6 +24,11 @@ under at 8 of 26 points (0.90) and the conv2d fp32 decode medians rise (SD1.5 1.
 decode, held out at 320x192 x 9 frames, stays at 0.48 either way: without that size no point copies its 432 MiB
 weight, and the line on the whole demand is chosen. A replayed call (Wan's chunks) raises the counter by its
 first call's peak, transients included, so such a point's plain peak comes from a second run without them.
+Re-run with ``--reuse`` after a transfer took the highest of the class's lines and whole-demand lines priced the
+transient beyond their points' (third session of that day): held out, LTX-2's decode 0.79 -> 1.00 and LTX-Video's
+decode and encode maxima 1.63 / 1.50 -> 1.35; left out, HunyuanVideo's fp32 decode 0.98 -> 1.10; but
+HunyuanImage-2.1's decode under held out (0.94) and left out (2 of 6, 0.68), LTX-2's and LTX-Video 0.9.5's encode
+10x held out, SD1.5's left-out decode median 1.10 -> 1.37: still not a uniform gain.
 """
 
 from __future__ import annotations
