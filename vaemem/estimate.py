@@ -590,28 +590,24 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
-        for name, line in lines.items():
+        copies = c["conv_backend"] in WEIGHT_COPY_BACKENDS
+        for name, line in lines.items():  # each line's transient: one pass, the rule by the line's role
+            own = name.startswith("architectures.")
             if "weight_copy_factor" in line:
-                _need(c["conv_backend"] in WEIGHT_COPY_BACKENDS, f"{w}.{name}.weight_copy_factor",
-                      f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}", line["weight_copy_factor"])
-        if version >= 5 and c["conv_backend"] in WEIGHT_COPY_BACKENDS:  # the copy is never less than itself
-            for name, line in lines.items():  # the lines a transfer takes are fitted less the transients
-                if not name.startswith("architectures."):
-                    f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
+                _need(copies, f"{w}.{name}.weight_copy_factor", f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}",
+                      line["weight_copy_factor"])
+            if copies and version >= (6 if own else 5):
+                f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
+                if own:  # from 6 an own line says whether it was fitted on what the transients leave (>= 1) or not
+                    _need(f == 0 or f >= 1, f"{w}.{name}.weight_copy_factor", "0 (fitted on the whole demand) or at "
+                          "least 1 (on what the convolutions' transients leave, which it adds)", f)
+                else:  # the lines a transfer takes are fitted less the transients: the copy is never less than itself
                     _need(f >= 1, f"{w}.{name}.weight_copy_factor", "at least 1 (the copy itself, the margin on "
                           "top)", f)
-            # from 6 an own line says whether it was fitted on what the transients leave (>= 1) or not (0)
-            for name, line in lines.items() if version >= 6 else ():
-                if not name.startswith("architectures."):
-                    continue
-                f = _field(line, "weight_copy_factor", f"{w}.{name}", "num>=0")
-                _need(f == 0 or f >= 1, f"{w}.{name}.weight_copy_factor", "0 (fitted on the whole demand) or at "
-                      "least 1 (on what the convolutions' transients leave, which it adds)", f)
-        for name, line in lines.items():  # from 7 a whole-demand own line says which transients it has priced
-            if "transient_seen_bytes" in line:  # (read at any version: layered over an older file, it keeps it)
-                _need(name.startswith("architectures.") and line.get("weight_copy_factor", 0) >= 1,
-                      f"{w}.{name}.transient_seen_bytes", "only on an own line with weight_copy_factor of at least "
-                      "1", line["transient_seen_bytes"])
+            if "transient_seen_bytes" in line:  # from 7 a whole-demand own line says which transients it priced
+                # (read at any version: layered over an older file, it keeps it)
+                _need(own and line.get("weight_copy_factor", 0) >= 1, f"{w}.{name}.transient_seen_bytes",
+                      "only on an own line with weight_copy_factor of at least 1", line["transient_seen_bytes"])
                 seen = _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
                 _need(seen <= LIMIT, f"{w}.{name}.transient_seen_bytes", f"at most {LIMIT:g}", seen)
     structures = data.get("structures", {})
