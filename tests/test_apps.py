@@ -3,6 +3,7 @@ cast term, the light entry point and the CLI's defaults."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -95,20 +96,41 @@ def test_export_refuses_a_bad_coefficient_file(tmp_path):
 # ---- detect_platform with fake torch modules ---------------------------------------------------------------------
 
 def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True, bf16: bool = True,
-               fp16: bool = False, allocator_backend: str = "native", flash: bool = True, sdpa: bool = True):
+               fp16: bool = False, allocator_backend: str = "native", flash: bool = True, sdpa: bool = True,
+               kernel: bool = True, probes: list | None = None):
+    """A torch module as detect_platform reads it. ``flash``: the fused SDPA switches; ``kernel``: whether a fused
+    kernel takes the probe's head (else SDPA refuses as torch does under sdpa_kernel); ``probes`` collects the
+    kernels each probe allowed and the probe tensor's dtype and device."""
     cuda = types.SimpleNamespace(is_available=lambda: device in ("cuda", "rocm"),
                                  memory=types.SimpleNamespace(get_allocator_backend=lambda: allocator_backend))
     backends = types.SimpleNamespace(
         mkldnn=types.SimpleNamespace(is_available=lambda: mkldnn),
         mps=types.SimpleNamespace(is_available=lambda: device == "mps"),
         cuda=types.SimpleNamespace(flash_sdp_enabled=lambda: flash, mem_efficient_sdp_enabled=lambda: flash))
-    functional = types.SimpleNamespace(**({"scaled_dot_product_attention": object()} if sdpa else {}))
+    allowed: list = []
+
+    @contextlib.contextmanager
+    def sdpa_kernel(kernels):
+        allowed.append(list(kernels))
+        yield
+
+    def attend(q, k, v):
+        if probes is not None:
+            probes.append((allowed[-1], q))
+        if not kernel:
+            raise RuntimeError("No available kernel. Aborting execution.")
+
+    functional = types.SimpleNamespace(**({"scaled_dot_product_attention": attend} if sdpa else {}))
+    attention = types.SimpleNamespace(sdpa_kernel=sdpa_kernel, SDPBackend=types.SimpleNamespace(
+        FLASH_ATTENTION="flash", EFFICIENT_ATTENTION="efficient", CUDNN_ATTENTION="cudnn", MATH="math"))
     return types.SimpleNamespace(
         cuda=cuda, backends=backends, version=types.SimpleNamespace(hip=hip, cuda="12.4" if not hip else None),
         xpu=types.SimpleNamespace(is_available=lambda: device == "xpu"),
         ops=types.SimpleNamespace(mkldnn=types.SimpleNamespace(_is_mkldnn_bf16_supported=lambda: bf16,
                                                                _is_mkldnn_fp16_supported=lambda: fp16)),
-        nn=types.SimpleNamespace(functional=functional))
+        float16="f16", bfloat16="bf16", float32="f32",
+        zeros=lambda shape, dtype, device: types.SimpleNamespace(shape=shape, dtype=dtype, device=device),
+        nn=types.SimpleNamespace(functional=functional, attention=attention))
 
 
 @pytest.mark.parametrize("torch_kw,dtype,env,platform,want", [
@@ -123,6 +145,11 @@ def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True,
      "linux", ("cuda", "miopen", "expandable", "linux", "math")),
     (dict(device="rocm", hip="6.2"), "fp32", {}, "win32", ("cuda", "miopen", "native", "windows", "fused")),
     (dict(device="mps"), "fp16", {}, "darwin", ("mps", "mps", "native", "darwin", "fused")),
+    # the switches on, no kernel for the head: a ROCm build whose kernels stop at 256 channels, an MPS with none
+    (dict(device="rocm", hip="6.2", kernel=False), "fp16", {}, "linux", ("cuda", "miopen", "native", "linux", "math")),
+    (dict(device="mps", kernel=False), "fp16", {}, "darwin", ("mps", "mps", "native", "darwin", "math")),
+    (dict(kernel=False), "fp32", {}, "linux", ("cpu", "onednn", "glibc", "linux", "math")),
+    (dict(flash=False), "fp32", {}, "linux", ("cpu", "onednn", "glibc", "linux", "math")),
     (dict(device="xpu", sdpa=False), "bf16", {}, "linux", ("xpu", "xpu", "native", "linux", "math")),
     (dict(), "fp32", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
     (dict(), "fp32", {"MALLOC_MMAP_THRESHOLD_": "65536"}, "linux", ("cpu", "onednn", "glibc-fixed", "linux", "fused")),
@@ -136,6 +163,17 @@ def test_detect_platform_on_fake_torch_modules(monkeypatch, torch_kw, dtype, env
     monkeypatch.setattr(sys, "platform", platform)
     got = est.detect_platform(fake_torch(**torch_kw), dtype, env=env)
     assert (got["device"], got["backend"], got["allocator"], got["os"], got["attention"]) == want
+
+
+def test_the_attention_probe_is_one_vae_head_on_the_device_with_the_enabled_fused_kernels():
+    probes: list = []
+    assert est.detect_platform(fake_torch(device="cuda", probes=probes), "bf16", env={})["attention"] == "fused"
+    (kernels, q), = probes
+    assert kernels == ["flash", "efficient"] and q.shape == (1, 1, 64, 512) and q.dtype == "bf16" \
+        and q.device == "cuda"
+    old = fake_torch()
+    del old.nn.attention  # torch before 2.3: the switches alone
+    assert est.detect_platform(old, "fp32", env={})["attention"] == "fused"
 
 
 def test_detect_platform_refuses_what_it_cannot_name(monkeypatch):
@@ -176,8 +214,33 @@ def test_largest_tile_picks_the_largest_candidate_within_the_budget():
     assert list(small["priced"]) == [520, 512, 256]  # smaller than the long side, multiples of 8, not below 256
     with pytest.raises(ValueError, match="priced tiled from 256 px tiles up"):  # the tiled structure's grid
         est.working_memory_bytes("flux1", "decode", 1024, 1024, tile=128, **GPU)
-    with pytest.raises(ValueError, match="budget_bytes must be a positive integer"):
-        est.largest_tile("flux1", "decode", 1024, 1024, 0, **GPU)
+    assert est.largest_tile("flux1", "decode", 1024, 1024, 0, **GPU)["tile"] is None  # nothing fits no memory
+    assert est.largest_tile("flux1", "decode", 2048, 2048, budget * 1.0, **GPU)["tile"] == 512  # free x 0.9 alike
+    for bad in (-1, True, float("nan"), "1e9"):
+        with pytest.raises(ValueError, match="budget_bytes must be a number of bytes, 0 or more"):
+            est.largest_tile("flux1", "decode", 1024, 1024, bad, **GPU)
+
+
+def test_largest_tile_prices_the_tiles_of_a_request_that_cannot_run_untiled():
+    """CogVideoX's decode of 1920x1088 x 49 frames is refused untiled (a convolution's input split shorter than
+    its kernel) while its tiles run: the search must not raise where tiling is the remedy. A model that cannot
+    run tiled keeps its untiled answer with no tile priced; a request neither way can run raises."""
+    r = est.largest_tile("cogvideox", "decode", 1920, 1088, 40 * 2**30, frames=49, **GPU)
+    assert r["untiled_bytes"] is None and r["untiled_fits"] is False and "cannot run this" in r["untiled_refused"]
+    assert r["priced"] and r["tile"] == max(t for t, b in r["priced"].items() if b <= 40 * 2**30)
+    assert r["priced"][r["tile"]] == est.working_memory_bytes("cogvideox", "decode", 1920, 1088, frames=49,
+                                                              tile=r["tile"], **GPU)
+    with pytest.raises(ValueError, match="cannot run this"):
+        est.working_memory_bytes("cogvideox", "decode", 1920, 1088, frames=49, **GPU)
+    whole = est.largest_tile("hunyuanimage-2.1", "encode", 1024, 1024, 40 * 2**30, **GPU)
+    assert whole["untiled_fits"] and whole["priced"] == {} and whole["tile"] is None
+    with pytest.raises(ValueError, match="width must be a positive integer"):
+        est.largest_tile("flux1", "decode", -8, 1024, 2**30, **GPU)
+    res = runner.invoke(app, ["estimate", "-m", "cogvideox", "--op", "decode", "--res", "1920x1088", "--frames",
+                              "49", "--budget", "40960", "--dtype", "bf16", "--backend", "cudnn", "--allocator",
+                              "native", "--os", "linux"])
+    assert res.exit_code == 0 and "cannot run untiled" in res.output and \
+        f"largest tile that fits: {r['tile']} px" in res.output, res.output
 
 
 def test_estimate_budget_on_the_cli():
@@ -364,6 +427,18 @@ def test_more_wrong_arguments_are_value_errors():
     t = fake_torch(device="cuda")
     t.cuda.memory = NoCuda()
     assert est.detect_platform(t, "fp16", env={})["allocator"] == "native"
+    # the platform helpers an app may call alone: a wrong type or name is a ValueError, never an AttributeError
+    for call, message in ((lambda: est.detect_platform(fake_torch(), "fp32", device="cuda"), "not available"),
+                          (lambda: est.detect_platform(fake_torch(), "fp32", device="mps:0"), "not available"),
+                          (lambda: est.conv_backend(fake_torch(), None), "device must be a string"),
+                          (lambda: est.conv_backend(fake_torch(), "cpu", "float32"), "unknown dtype 'float32'"),
+                          (lambda: est.os_key(5), "platform must be a string"),
+                          (lambda: est.detect_allocator(None, {}), "unknown backend None"),
+                          (lambda: est.detect_allocator("nope", {}), "unknown backend 'nope'")):
+        with pytest.raises(ValueError, match=message):
+            call()
+    # an XPU's allocator takes no settings vaemem keys, as detect_platform says
+    assert est.detect_allocator("xpu", {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}) == "native"
 
 
 @pytest.mark.parametrize("budget,message", [("inf", "--budget must be a positive number of MiB"),

@@ -64,12 +64,47 @@ def _err_line(result) -> str:
       "--allocator", "native", "--os", "linux"], "at most 65536 px"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--overlap", "0.5"],
      "an overlap applies to tiled points, and the grid has none"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--force", "--retry-failed"],
+     "--retry-failed adds nothing"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in _err_line(result)
+
+
+@pytest.mark.portable
+@pytest.mark.parametrize("args,option", [
+    (["estimate", "-m", "sd15", "-m", "sdxl", "--op", "decode", "--res", "512", "--dtype", "fp32"], "-m"),
+    (["estimate", "-msd15", "--model=sdxl", "--op", "decode", "--res", "512", "--dtype", "fp32"], "--model"),
+    (["estimate", "-m", "sd15", "--op", "decode", "--op=encode", "--res", "512", "--dtype", "fp32"], "--op"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--rig", "a", "--rig", "b"],
+     "--rig"),
+])
+def test_an_option_of_one_value_given_twice_is_refused(args, option):
+    """Click keeps the last of a repeated option: `-m sd15 -m sdxl` priced sdxl alone, silently."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for {option}: given twice" in result.output
+
+
+def test_repeatable_options_and_a_value_that_looks_like_an_option_pass_the_check():
+    """`measure -m a -m b` is a grid of two models; the value after `--rig` is never read as an option."""
+    result = runner.invoke(app, ["measure", "-m", "tiny-kl", "-m", "tiny-wan", "--op", "decode", "--dtype", "fp32",
+                                 "--res", "64", "--rig", "-m", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "plan: 2 points x 2 runs" in result.output
+
+
+def test_report_skips_a_malformed_line_only_when_asked(tmp_path):
+    """As fit does: one garbage line stops report with its place, and --skip-bad lists it and reports the rest."""
+    m = tmp_path / "m.jsonl"
+    m.write_text(TINY.read_text() + "{not json\n")
+    bad = runner.invoke(app, ["report", "--measurements", str(m), "--format", "json"])
+    assert bad.exit_code == 2 and "m.jsonl:" in _err_line(bad) and "malformed JSON" in bad.output
+    ok = runner.invoke(app, ["report", "--measurements", str(m), "--format", "json", "--skip-bad"])
+    assert ok.exit_code == 0 and "skipped " in ok.output and "malformed JSON" in ok.output
 
 
 def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, monkeypatch):
@@ -154,7 +189,7 @@ def test_a_sweep_file_and_the_cli_take_the_variant_fields(tmp_path):
     sweep.write_text('schema_version = 1\n[[grid]]\n' + GOOD_GRID.replace('"64"', '"128"') +
                      'batches = [2]\ntiles = [64]\noverlaps = [0.5]\nslicing = [true]\nattention = ["math"]\n')
     res = runner.invoke(app, ["measure", "--sweep", str(sweep), "--dry-run", "--out", str(tmp_path / "m.jsonl")])
-    assert res.exit_code == 0 and "plan: 1 points" in res.output, res.output
+    assert res.exit_code == 0 and "plan: 1 point x" in res.output, res.output
     from vaemem.measuring.parent.sweepfile import load_sweep
 
     (p,) = load_sweep(sweep, "cpu").points
@@ -328,7 +363,7 @@ def test_a_failed_append_stops_the_sweep_saying_how_many_runs_are_kept(tmp_path,
                               "--rig", "t", "--out", str(tmp_path / "m.jsonl")])
     line = [l for l in res.output.splitlines() if l.strip()][-1]  # after the plan line: one error line
     assert "Traceback" not in res.output and line.startswith("error: ")
-    assert res.exit_code == 2 and "No space left on device" in line and "the sweep stopped, 1 runs kept in" in line
+    assert res.exit_code == 2 and "No space left on device" in line and "the sweep stopped, 1 run kept in" in line
 
 
 def test_a_rig_name_recorded_on_another_cpu_is_refused(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -422,7 +423,15 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("groups", 0, "base_bytes"), "DELETE", "groups[0].base_bytes is missing"),
     (("groups", 0, "slope_bytes_per_pixel"), -3.0, "groups[0].slope_bytes_per_pixel must be a non-negative number"),
     (("groups", 0, "slope_bytes_per_pixel"), "12", "must be a non-negative number at most 1e+15, got '12'"),
-    (("groups", 0, "base_bytes"), -(1 << 40), "groups[0] prices its smallest measured size"),
+    (("groups", 0, "base_bytes"), -(1 << 40), "groups[0].base_bytes must be a non-negative number"),
+    # a base below zero priced an 8x8 request at -7957284 bytes: the fit bounds it at 0, so must the reader
+    (("groups", 0, "base_bytes"), -1000.0, "groups[0].base_bytes must be a non-negative number"),
+    (("groups", 0, "group"), "DELETE", "groups[0].group is missing"),  # pricing names it: a KeyError there
+    (("models", "sd15", "parameters"), 10**20, "models.sd15.parameters must be a non-negative integer at most 1e+15"),
+    (("calibrations", 0, "class", "dry_bytes_max"), 0, "class.dry_bytes_max must be a positive number"),
+    # a negative quadratic term passes the 64 px and 1024 px probes and clamps a 4096 px decode's peak to 0
+    (("structures", "sd15/decode/fp32/untiled", "bytes_per_pixel_squared"), [-1e-9],
+     "bytes_per_pixel_squared must be non-negative"),
     (("groups", 0, "tiled"), "no", "groups[0].tiled must be true or false"),
     (("calibrations", 0, "class", "dry_factor"), -1.0, "calibrations[0].class.dry_factor must be a non-negative"),
     (("calibrations", 0, "class", "dry_factor"), float("nan"), "calibrations[0].class.dry_factor"),
@@ -591,7 +600,7 @@ def test_a_whole_demand_own_line_prices_a_transient_beyond_its_points_and_says_s
     for (w, h, f), within in (((320, 192, 9), True), ((1280, 720, 33), False)):
         e = est.explain("hunyuanvideo", "decode", w, h, frames=f, **kw)
         t = est.conv_transient_bytes(doc["models"]["hunyuanvideo"], s, "decode", "fp32", "onednn", w, h, 1, f, False)
-        dry = est.dry_run_bytes(None, "hunyuanvideo", "decode", w, h, dtype="fp32", frames=f)
+        dry = est.structure_peak_bytes(doc, "hunyuanvideo", "decode", w, h, dtype="fp32", frames=f)
         assert (t <= seen) == within and e.source == "measured"
         assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, dry, dry, False, w * h)
                               + line["weight_copy_factor"] * max(0, t - seen))
@@ -703,6 +712,39 @@ def test_the_fallback_on_onednn_adds_the_weight_copy():
     assert e.source == "fallback" and "432" not in e.reason and "454 MiB with the margin" in e.reason
     g = est.explain("ltx-2", "encode", 128, 128, backend="cudnn", allocator="native", **kw)
     assert e.bytes - g.bytes == int(113_246_208 * 4 * 1.05) and "copy" not in g.reason
+
+
+def test_a_structureless_fallback_adds_its_weight_copy_and_its_envelope_holds_the_price():
+    """Without a dry-run structure (a file fitted without the cache) the fallback on oneDNN said it added the
+    weight copy and priced the legacy rule alone, with an envelope of 0: both now hold what the price holds."""
+    doc = json.loads(COMMITTED.read_text())
+    doc["structures"] = {k: v for k, v in doc["structures"].items() if not k.startswith("ltx-2/")}
+    kw = dict(dtype="bf16", os="windows", coefficients=est.validate(doc, "c.json"))
+    e = est.explain("ltx-2", "decode", 512, 512, backend="onednn", allocator="system", **kw)
+    g = est.explain("ltx-2", "decode", 512, 512, backend="cudnn", allocator="native", **kw)
+    assert e.source == g.source == "fallback" and "no dry-run structure" in e.reason
+    assert e.bytes - g.bytes == int(113_246_208 * 2 * 1.05) and "227 MiB with the margin" in e.reason
+    assert e.bytes == e.envelope_bytes + e.cast_bytes and e.floor_bytes == g.bytes
+
+
+def test_a_dict_handed_in_is_validated_once_and_left_as_it_was():
+    """``coefficients=doc`` used to index the caller's dict in place (tuple keys: json.dumps then failed)."""
+    doc = json.loads(COMMITTED.read_text())
+    before = json.dumps(doc, sort_keys=True)
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=doc)
+    a = est.working_memory_bytes("sd15", "decode", 512, 512, **kw)
+    assert json.dumps(doc, sort_keys=True) == before
+    assert est.working_memory_bytes("sd15", "decode", 512, 512, **kw) == a == est.working_memory_bytes(
+        "sd15", "decode", 512, 512, **{**kw, "coefficients": None})
+    est.clear_cache()
+
+
+def test_dry_run_bytes_are_whole_bytes_within_the_batch_limit():
+    d = est.dry_run_bytes(None, "sd15", "decode", 512, 512, dtype="fp32")
+    assert type(d) is int and d == math.ceil(est.structure_peak_bytes(est.load(None), "sd15", "decode", 512, 512,
+                                                                      dtype="fp32"))
+    with pytest.raises(ValueError, match="batch must be at most 4096"):
+        est.dry_run_bytes(None, "sd15", "decode", 512, 512, dtype="fp32", batch=10**6)
 
 
 @pytest.mark.parametrize("path,value,message", MUTATIONS)

@@ -542,6 +542,19 @@ def test_an_oom_while_building_is_an_oom(monkeypatch):
     assert result["status"] == "oom" and result["error"].startswith("while building")
 
 
+def test_a_fused_point_where_no_fused_kernel_takes_the_head_is_an_error_naming_the_math_path(monkeypatch):
+    """The fused key means torch's own kernel choice; where the probe finds no fused kernel (ROCm builds whose
+    kernels stop at 256 channels) the demand would be the math path's: the point is refused, not mis-keyed."""
+    from vaemem import estimate
+    from vaemem.measuring.child import worker
+
+    monkeypatch.setattr(estimate, "_fused_attention", lambda torch, device, dtype: False)
+    result = worker.measure_point(_pts(64)[0], 0.0)
+    assert result["status"] == "error" and "measure it with --attention math" in result["error"]
+    math = worker.measure_point(validate(Point("tiny-kl", "decode", "fp32", 64, 64, attention="math")), 0.0)
+    assert math["status"] == "ok"
+
+
 # ---- nothing is ever lost; bad files are refused before anything runs (issue 11) ------------------------------
 
 @pytest.mark.portable
@@ -762,7 +775,7 @@ def test_a_cpu_points_allocator_must_be_the_hosts():
     check_options(glibc, 1, "spawn", 10.0, None, os="linux")
     check_options(system, 1, "spawn", 10.0, None, os="darwin")
     assert (default_allocator("cpu", "windows"), default_allocator("cpu", "linux"),
-            default_allocator("cuda:0", "windows")) == ("system", "glibc", "native")
+            default_allocator("cuda:0", "windows")) == ("system", "glibc-fixed", "native")
     assert allocators.startup_env("system") == {}  # the OS's own malloc, as it comes
 
 

@@ -162,7 +162,7 @@ def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
     assert doc["schema_version"] == 2
     dry = runner.invoke(app, ["measure", "--sweep", str(out), "--rig", "none-such", "--out",
                               str(tmp_path / "m.jsonl"), "--dry-run"])
-    assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 runs" in dry.output
+    assert dry.exit_code == 0 and f"{len(doc['points'])} points x 1 run," in dry.output
     bad = runner.invoke(app, ["plan", "--budget-min", "0"])
     assert bad.exit_code == 2 and "--budget-min must be a positive number of minutes" in bad.output
     for args, message in ((["--allocator", "nativ", "--device", "cuda"], "choose one of: native, cudaMallocAsync"),
@@ -171,6 +171,19 @@ def test_plan_on_the_cli_writes_a_plan_measure_reads(tmp_path):
         res = runner.invoke(app, ["plan", *args])
         lines = [l for l in res.output.splitlines() if l.strip()]
         assert res.exit_code == 2 and len(lines) == 1 and message in lines[0], res.output
+
+
+def test_a_plan_keeps_its_device_and_a_contradicting_one_is_refused_even_cpu(tmp_path):
+    """`--device cpu` was taken for the default and ignored on a GPU plan (`--device mps` was refused)."""
+    out = tmp_path / "gpu.toml"
+    assert runner.invoke(app, ["plan", "--budget-min", "2", "--device", "cuda:0", "--dtype", "bf16", "--no-video",
+                               "--out", str(out)]).exit_code == 0
+    args = ["measure", "--sweep", str(out), "--rig", "r", "--out", str(tmp_path / "m.jsonl"), "--dry-run"]
+    assert runner.invoke(app, args).exit_code == 0
+    for device in ("cpu", "mps", "cuda:1"):
+        res = runner.invoke(app, [*args, "--device", device])
+        assert res.exit_code == 2 and f"is a plan for cuda:0: --device {device} contradicts it" in res.output
+    assert runner.invoke(app, [*args, "--device", "cuda:0"]).exit_code == 0
 
 
 def test_report_prices_the_campaigns_with_the_committed_plan_fit():

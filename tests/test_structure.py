@@ -4,6 +4,7 @@ leave-one-architecture-out behave as declared."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -335,6 +336,26 @@ def test_temporal_windows_follow_diffusers_loops():
     enc = est.temporal_windows(False, 16, 12, 4, 17)
     assert enc == [(17, 5, 4), (5, 2, 1)] and est.temporal_windows(False, 16, 12, 4, 13) == [(13, 4, 4)]
     assert sum(a for *_, a in est.temporal_windows(False, 16, 12, 4, 129)) == 33
+
+
+def test_a_clip_of_many_windows_prices_each_window_length_once():
+    """A long clip runs thousands of windows of two or three lengths; the tiled peak of each length is priced once
+    (a 65536 px square clip of 65537 frames in 256 px tiles took 240 s a price before, and an app's untrusted
+    sizes must not stall it). Known answer with a counting clip peak: the same peak, one call per length."""
+    lengths: list[int] = []
+
+    def clip_peak(n: int) -> float:
+        lengths.append(n)
+        return 1000.0 * n
+
+    windows = (True, 16, 12, 4, 2.0)
+    v = est.window_peak(windows, 4097, 10, clip_peak)
+    runs = est.temporal_windows(True, 16, 12, 4, 4097)
+    assert len(runs) > 300 and sorted(lengths) == sorted({n for n, _, _ in runs})
+    kept, best = 0.0, 0.0
+    for n, keep, _ in runs:  # the same sum, window by window
+        best, kept = max(best, 1000.0 * n + kept), kept + 2.0 * 10 * keep
+    assert v == max(best, kept + 2.0 * 10 * sum(a for *_, a in runs))
 
 
 def test_a_structure_needs_its_whole_grid():
@@ -784,7 +805,7 @@ def test_a_sliced_clip_keeps_every_clips_output_per_finished_sample():
     one = est.structure_bytes(s, w, h, 1, f, 256)
     priced = est.dry_run_bytes(doc, "minimax-h3", "encode", w, h, frames=f, tile=256, batch=2, slicing=True,
                                dtype="bf16")
-    assert priced == one + 2 * s["clips"]["output_bytes_per_pixel"] * w * h
+    assert priced == math.ceil(one + 2 * s["clips"]["output_bytes_per_pixel"] * w * h)
     fresh = trace(TraceSpec("minimax-h3", "encode", "bf16", w, h, frames=f, tile=256, batch=2, slicing=True))
     assert priced == pytest.approx(fresh.peak_bytes, rel=1e-3)
 

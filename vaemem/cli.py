@@ -14,12 +14,42 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from vaemem.errors import VaememError
 from vaemem.estimate import MIB  # stdlib only: the CLI stays light
 from vaemem.files import default_path, packaged_coefficients
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+
+class _Group(TyperGroup):
+    """The command group, refusing an option of one value given twice (click would keep the last silently:
+    ``vaemem estimate -m sd15 -m sdxl`` priced sdxl alone)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        name = next((a for a in args if not a.startswith("-")), None)
+        command = self.get_command(ctx, name) if name else None
+        if command is not None:
+            single = {o: p.opts[0] for p in command.params if p.param_type_name == "option"
+                      and not (p.multiple or getattr(p, "is_flag", False) or getattr(p, "count", False))
+                      for o in p.opts}
+            seen: set[str] = set()
+            tokens = iter(args[args.index(name) + 1:])
+            for token in tokens:
+                if token == "--":
+                    break
+                option = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+                if option not in single:
+                    continue
+                if single[option] in seen:
+                    raise typer.BadParameter("given twice: it takes one value", ctx, param_hint=option)
+                seen.add(single[option])
+                if token == option:  # its value is the next token
+                    next(tokens, None)
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure, fit and estimate the working memory of VAE decode and encode.")
 
 
@@ -37,6 +67,7 @@ def _main(version: bool = typer.Option(False, "--version", "-V", callback=_versi
     """Measure, fit and estimate the working memory of VAE decode and encode."""
 
 
+SKIP_BAD_HELP = "skip malformed lines (each is listed) instead of failing"
 PIPED_WIDTH = 1000  # columns: wider than any table vaemem prints
 
 
@@ -96,10 +127,12 @@ def measure(
     conv3d_path: str = typer.Option("native", "--conv3d", help="native, or decomposed (conv3d as conv2d: Wan, "
                                     "MiniMax-H3)"),
     allocator: list[str] = typer.Option([], "--allocator", help="native, cudaMallocAsync, expandable, "
-                                        "expandable-off (GPU); glibc, glibc-fixed (CPU, Linux); system (CPU elsewhere). Repeatable"),
+                                        "expandable-off (GPU); glibc, glibc-fixed (CPU, Linux); system (CPU "
+                                        "elsewhere). Repeatable; default: native on a GPU, glibc-fixed on a Linux "
+                                        "CPU, system elsewhere"),
     sweep: Optional[Path] = typer.Option(None, "--sweep", help="a sweep file (TOML or JSON) instead of grid options"),
     runs: int = typer.Option(2, help="fresh-process runs per point"),
-    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps, xpu"),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda, cuda:N, mps, xpu (default: cpu, or a plan's)"),
     launcher: Optional[str] = typer.Option(None, help="fork (default on Linux) or spawn"),
     timeout: float = typer.Option(900.0, help="seconds before a run is killed and recorded as timeout"),
     shard_spec: Optional[str] = typer.Option(None, "--shard", help="K/N: run the stable K-th of N of the grid"),
@@ -123,7 +156,10 @@ def measure(
     from vaemem.measuring.parent.sweepfile import load_sweep
 
     budget: tuple | None = None
+    given_device, device = device, device or "cpu"
     try:
+        if force and retry_failed:
+            raise VaememError("--force re-runs every run: --retry-failed adds nothing to it")
         if sweep is not None:
             if model or op or dtype or res or batch or frames or tile or allocator or overlap or slicing \
                     or attention_path != "fused" or conv3d_path != "native":
@@ -131,7 +167,7 @@ def measure(
             sw = load_sweep(sweep, device)
             points, runs = sw.points, sw.runs if runs == 2 else runs
             if sw.budget_s is not None:  # a plan carries its device and its budget
-                if device != "cpu" and device != points[0].device:
+                if given_device is not None and given_device != points[0].device:
                     raise VaememError(f"{sweep} is a plan for {points[0].device}: --device {device} contradicts it")
                 device = points[0].device
                 budget = (sw.budget_s, sw.predicted_s)
@@ -169,6 +205,11 @@ def measure(
         _fail(e)
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _print_plan(n_points: int, runs: int, out: Path, rig: str, tasks: list, history: list, as_json: bool,
                 budget: tuple | None = None) -> None:
     """One line: points, runs due after resume, predicted minutes on ``rig`` (to stderr when the output is JSON).
@@ -177,11 +218,12 @@ def _print_plan(n_points: int, runs: int, out: Path, rig: str, tasks: list, hist
 
     if budget is not None:
         due = sum(budget[1].get(t.point.key, 0.0) for t in tasks)
-        line = (f"{len(tasks)} runs, predicted {due / 60:.1f} min by the plan's cost model, budget "
+        line = (f"{_count(len(tasks), 'run')}, predicted {due / 60:.1f} min by the plan's cost model, budget "
                 f"{budget[0] / 60:.1f} min (late: the lowest-priority points are dropped)")
     else:
         line = predict([t.point for t in tasks], history, rig).describe()
-    typer.echo(f"plan: {n_points} points x {runs} runs, {len(tasks)} due in {out}: {line}", err=as_json)
+    typer.echo(f"plan: {_count(n_points, 'point')} x {_count(runs, 'run')}, {len(tasks)} due in {out}: {line}",
+               err=as_json)
 
 
 @app.command()
@@ -333,21 +375,22 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         finally:
             bar.stop()
     except KeyboardInterrupt as stop:
-        typer.echo(f"{'terminated' if isinstance(stop, Terminated) else 'interrupted'}: {len(records)} runs kept in "
-                   f"{out}", err=True)
+        how = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        typer.echo(f"{how}: {_count(len(records), 'run')} kept in {out}", err=True)
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     except VaememError as e:  # e.g. a full disk: the sweep stops, and says what it kept
-        raise VaememError(f"{e}; the sweep stopped, {len(records)} runs kept in {out}", e.exit_code) from None
+        raise VaememError(f"{e}; the sweep stopped, {_count(len(records), 'run')} kept in {out}", e.exit_code) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     if planned == [0]:
-        console.print(f"nothing to do: all {len(points)} points x {runs} runs are already in {out} (--force re-runs)")
+        console.print(f"nothing to do: all {_count(len(points), 'point')} x {_count(runs, 'run')} are already in "
+                      f"{out} (--force re-runs)")
         return
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
     else:
         console.print(sweep_table(records))
-        console.print(f"{len(records)} runs appended to {out}")
+        console.print(f"{_count(len(records), 'run')} appended to {out}")
 
 
 @app.command()
@@ -383,9 +426,7 @@ def plan(
             raise VaememError(f"bad device {device!r}; choose one of: {', '.join(pt.DEVICE_TYPES)} (cuda:N too)")
         ops = op or list(pt.OPS)
         dtypes = dtype or (["fp32"] if kind == "cpu" else ["bf16"])
-        # a CPU plan calibrates glibc-fixed on Linux (default glibc varies 25 % between processes)
-        default = pt.default_allocator(device)
-        allocs = allocator or ["glibc-fixed" if default == "glibc" else default]
+        allocs = allocator or [pt.default_allocator(device)]
         for name, values, valid in (("op", ops, pt.OPS), ("dtype", dtypes, pt.DTYPES)):
             bad = [v for v in values if v not in valid]
             if bad:
@@ -428,7 +469,7 @@ def plan(
         table.add_row(str(q), p.key, f"{s:.1f}", w)
     _console().print(table)
     if result.skipped:
-        typer.echo(f"left out by the budget: {len(result.skipped)} points (lowest priority first: "
+        typer.echo(f"left out by the budget: {len(result.skipped)} points (in priority order: "
                    f"{', '.join(p.point.key for p in result.skipped[:3])}, ...)")
     if out is not None:
         typer.echo(f"wrote {out}: run it with `vaemem measure --sweep {out} --rig {rig_name} "
@@ -458,7 +499,7 @@ def fit(
                                     help="groups allowed past the quality bound, with reasons; none: no "
                                     "exceptions"),
     check_only: bool = typer.Option(False, "--check", help="re-derive and fail on any difference from --out"),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="skip malformed lines (each is listed) instead of failing"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help=SKIP_BAD_HELP),
     traces: Path = typer.Option(DEFAULT_TRACES, show_default=SHOWN[DEFAULT_TRACES],
                                 help="dry-run cache the structures come from (vaemem trace --zoo "
                                 "--record); the default absent: pixel lines only"),
@@ -687,7 +728,6 @@ def estimate_cmd(
         coef: Any = None if not coefficients else coefficients[0] if len(coefficients) == 1 else list(coefficients)
         kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os_, batch=batch,
                   frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coef)
-        e = est.explain(model, op, w, h, tile=tile, **kw)
         fit = None
         if budget is not None:
             if not math.isfinite(budget) or budget <= 0:
@@ -695,34 +735,45 @@ def estimate_cmd(
             if budget * MIB < 1:
                 raise VaememError(f"--budget must be at least one byte, got {budget:g} MiB")
             fit = est.largest_tile(model, op, w, h, int(budget * MIB), **kw)
+        # where diffusers cannot run the request untiled, a budget still prices its tiles
+        e = None if tile is None and fit is not None and fit["untiled_refused"] else \
+            est.explain(model, op, w, h, tile=tile, **kw)
     except ValueError as err:
         _fail(VaememError(str(err)))
     except VaememError as err:
         _fail(err)
     if as_json:
-        typer.echo(json.dumps({**e.to_dict(), "platform": {"backend": backend, "allocator": allocator, "os": os_,
-                                                            "attention": attention},
+        typer.echo(json.dumps({**(e.to_dict() if e else {}), "platform": {"backend": backend, "allocator": allocator,
+                                                                           "os": os_, "attention": attention},
                                **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
         return
     # the request as priced, and the reservation rounded up (an app reading the text must not reserve less)
     request = f"{w}x{h}" + (f" x {frames} frames" if frames > 1 else "") + (f", batch {batch}" if batch > 1 else "") \
         + (f", {tile} px tiles" if tile else "")
-    typer.echo(f"{math.ceil(e.bytes / MIB)} MiB for {model} {op} {request} {dtype} ({e.source}: {e.reason})")
-    floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""  # only where the fallback took it
-    typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
-               f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels")
+    if e is None:
+        typer.echo(f"{model} {op} {request} {dtype} cannot run untiled: {fit['untiled_refused']}")  # type: ignore[index]
+    else:
+        typer.echo(f"{math.ceil(e.bytes / MIB)} MiB for {model} {op} {request} {dtype} ({e.source}: {e.reason})")
+        floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""  # where the fallback took it
+        typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
+                   f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels")
     if fit is not None:
-        untiled = f"untiled {fit['untiled_bytes'] / MIB:.0f} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
+        untiled = "untiled refused" if fit["untiled_bytes"] is None else \
+            f"untiled {fit['untiled_bytes'] / MIB:.0f} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
         tiles = ", ".join(f"{t}: {b / MIB:.0f}" for t, b in fit["priced"].items()) or "none smaller than the image"
         best = (f"largest tile that fits: {fit['tile']} px ({fit['tile_bytes'] / MIB:.0f} MiB)" if fit["tile"]
                 else "no tile fits")
         typer.echo(f"budget {budget:g} MiB: {untiled}; {best} (tiles priced, MiB: {tiles}; spatial tiling only)")
 
 
-def _load_fit(measurements: list[Path], coefficients: Path) -> tuple[Any, dict]:
+def _load_fit(measurements: list[Path], coefficients: Path, skip_bad: bool = False) -> tuple[Any, dict]:
+    """The measurements (malformed lines listed on stderr and skipped, with ``skip_bad``) and a coefficient file."""
     from vaemem.fit.coefficients import load_dataset, read_coefficients
 
-    return load_dataset(measurements), read_coefficients(coefficients)
+    data = load_dataset(measurements, skip_bad=skip_bad)
+    for bad in data.skipped:
+        typer.echo(f"skipped {bad}", err=True)
+    return data, read_coefficients(coefficients)
 
 
 @app.command()
@@ -736,9 +787,10 @@ def report(
                                             "this coefficient file, fitted from a plan's runs (vaemem plan)"),
     plan_measurements: Optional[Path] = typer.Option(None, "--plan-measurements", help="the plan's runs: its "
                                                      "points count as in-sample for --plan-fit"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help=SKIP_BAD_HELP),
 ) -> None:
     """Reservation / measured demand for the fitted coefficients (in-sample and held out), the legacy rule and
-    the other app's rule: per group and overall. With --plan-fit, a plan's calibration beside the full fit's."""
+    ComfyUI's rule: per group and overall. With --plan-fit, a plan's calibration beside the full fit's."""
     from vaemem.report import accuracy, structural
 
     plan_text = ""
@@ -747,7 +799,7 @@ def report(
             raise VaememError(f"unknown --format {fmt!r}; choose one of: table, markdown, json")
         if (plan_fit is None) != (plan_measurements is None):
             raise VaememError("--plan-fit and --plan-measurements go together")
-        data, coef = _load_fit(measurements, coefficients)
+        data, coef = _load_fit(measurements, coefficients, skip_bad)
         summary = accuracy.summarize(accuracy.point_ratios(data, coef))
         structure = structural.summary(data, coef)
         if plan_fit is not None:
@@ -768,7 +820,8 @@ def report(
                               indent=1, sort_keys=True))
     elif fmt == "markdown":
         head = ("## Pixel lines per group\n\nThe schema-1 rule (slope x pixels x frames + base), held out, for "
-                "comparison; \"fitted\" is the file's own price where a group is still priced by its pixel line.\n\n")
+                "comparison; \"fitted\" is the file's own price where a group is still priced by its pixel line, "
+                "and only there is the goal judged on it (a calibrated group's: held out by size, below).\n\n")
         typer.echo(head + accuracy.markdown(summary) + "\n" + structural.markdown(structure) + plan_text, nl=False)
     else:
         _console().print(accuracy.rich_table(summary))
@@ -783,12 +836,13 @@ def plot(
                                       help="coefficient file"),
     out: Path = typer.Option(Path("fits/plots"), help="directory for the PNGs"),
     group: list[str] = typer.Option([], "--group", help="only these group ids (repeatable)"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help=SKIP_BAD_HELP),
 ) -> None:
     """One PNG per group: demand against megapixels, the fitted envelope, the legacy line and the ratios."""
     from vaemem.report.plot import plot_groups
 
     try:
-        data, coef = _load_fit(measurements, coefficients)
+        data, coef = _load_fit(measurements, coefficients, skip_bad)
         unknown = set(group) - set(data.groups)
         if unknown:
             raise VaememError(f"no such group: {', '.join(sorted(unknown))}")

@@ -107,6 +107,7 @@ FALLBACK_MIN_DRY_FACTOR = 1.5
 REFERENCE_MODEL = "sd15"  # the SD family, the legacy rule's reference in the fallback
 MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
+TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}  # names in the torch module
 OPS = ("decode", "encode")
 BACKENDS = ("cudnn", "miopen", "onednn", "aten", "mps", "xpu")
 ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed", "system")
@@ -202,7 +203,14 @@ def load(path: object = None) -> dict:
     embedded document of an exported module, else :func:`default_coefficients_path`). Refuses an unknown or newer
     schema and any malformed field (ValueError)."""
     if isinstance(path, dict):
-        return path if path.get("_valid") is _VALID else validate(path, "coefficients=")
+        if path.get("_valid") is _VALID:
+            return path
+        # validated once, on a copy (the caller's dict stays as it was, JSON-serialisable): later edits of it are
+        # not seen, so change a copy and pass that
+        hit = _CACHE.get(("dict", id(path)))
+        if hit is None or hit[0] is not path:
+            hit = _CACHE[("dict", id(path))] = (path, validate(dict(path), "coefficients="))
+        return hit[1]
     if isinstance(path, (list, tuple)):
         if not path:
             raise ValueError("coefficients=[]: name at least one coefficient file")
@@ -271,7 +279,8 @@ def _need(ok: bool, where: str, what: str, v: object) -> None:
 
 
 def _field(d: dict, name: str, where: str, kind: str) -> object:
-    """``d[name]`` checked to be of ``kind``: num, num>=0, int>0, int>=0, str, bool, int>0|None, list, dict."""
+    """``d[name]`` checked to be of ``kind``: num, num>=0, num>0, int>0, int>=0, str, bool, int>0|None, list, dict
+    (numbers and integers at most :data:`LIMIT` in magnitude)."""
     if not isinstance(d, dict):
         raise ValueError(f"{where} must be an object, got {d!r}")
     if name not in d:
@@ -282,11 +291,13 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
         _need(_num(v), w, f"a number of magnitude at most {LIMIT:g}", v)
     elif kind == "num>=0":
         _need(_num(v) and v >= 0, w, f"a non-negative number at most {LIMIT:g}", v)
+    elif kind == "num>0":
+        _need(_num(v) and v > 0, w, f"a positive number at most {LIMIT:g}", v)
     elif kind in ("int>0", "int>=0", "int>0|None"):
         if v is None and kind == "int>0|None":
             return v
-        _need(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if kind == "int>=0" else 1), w,
-              "a non-negative integer" if kind == "int>=0" else "a positive integer", v)
+        _need(isinstance(v, int) and not isinstance(v, bool) and (0 if kind == "int>=0" else 1) <= v <= LIMIT, w,
+              f"a {'non-negative' if kind == 'int>=0' else 'positive'} integer at most {LIMIT:g}", v)
     elif kind == "str":
         _need(isinstance(v, str) and v != "", w, "a non-empty string", v)
     elif kind == "bool":
@@ -300,8 +311,9 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
     """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
     price are required, and ``small`` is there exactly where points below the domain were (a line that lost
     either would price silently otherwise)."""
-    for name in ("dry_factor", "per_sample_factor", "base_bytes", "dry_bytes_max"):
+    for name in ("dry_factor", "per_sample_factor", "base_bytes"):
         _field(line, name, where, "num>=0")
+    _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
     if strict and not small:
         for name in ("single_frame_factor", "single_frame_bytes"):
             _field(line, name, where, "num>=0")
@@ -409,7 +421,8 @@ def _check_structure(s: dict, where: str) -> None:
         _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.{name}", f"{len(knots)} numbers", v)
     if "clips" in s:
         _check_clips(s, knots, where, False)
-    _need(min(s["bytes_per_pixel"]) >= 0, f"{where}.bytes_per_pixel", "non-negative", s["bytes_per_pixel"])
+    for name in ("bytes_per_pixel", "bytes_per_pixel_squared"):  # as derived: a concave piece is its chord
+        _need(min(s[name]) >= 0, f"{where}.{name}", "non-negative", s[name])
     if "output_bytes_per_pixel" in s:
         o = _field(s, "output_bytes_per_pixel", where, "list")
         _need(len(o) == len(knots) and all(_num(x) and x >= 0 for x in o), f"{where}.output_bytes_per_pixel",
@@ -440,7 +453,8 @@ def _check_structure(s: dict, where: str) -> None:
         _field(up, "area_from", f"{where}.upper", "int>0")
         for name in ("bytes_per_pixel", "bytes_per_pixel_squared", "base_bytes"):
             v = _field(up, name, f"{where}.upper", "list")
-            _need(len(v) == len(knots) and all(_num(x) for x in v), f"{where}.upper.{name}", f"{len(knots)} numbers",
+            _need(len(v) == len(knots) and all(_num(x) for x in v) and (name == "base_bytes" or min(v) >= 0),
+                  f"{where}.upper.{name}", f"{len(knots)} numbers" + ("" if name == "base_bytes" else ", non-negative"),
                   v)
     if "split" in s:
         sp = _field(s, "split", where, "dict")
@@ -543,10 +557,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
         for f in GROUP_KEYS:
             _field(g, f, w, "bool" if f == "tiled" else "str")
         _check_keys(g, w)
-        if g.get("group", group_id(g)) != group_id(g):
+        if _field(g, "group", w, "str") != group_id(g):
             raise ValueError(f"{w}.group {g['group']!r} is not its key's id {group_id(g)!r}")
         _field(g, "slope_bytes_per_pixel", w, "num>=0")
-        _field(g, "base_bytes", w, "num")
+        _field(g, "base_bytes", w, "num>=0")  # as the fit bounds it: below its points a line must not fall to 0
         if "tile_slope_bytes_per_tile_pixel" in g:
             _field(g, "tile_slope_bytes_per_tile_pixel", w, "num>=0")
         for f in ("pixels_min", "pixels_max"):  # the measured range: optional (reasons and the far-out floor)
@@ -1026,8 +1040,12 @@ def window_peak(windows: tuple, frames: int, area: int, clip_peak: Callable[[int
     decode, min_frames, stride, factor, per = windows
     best, kept = 0.0, 0.0
     added = 0
-    for n, keep, add in temporal_windows(decode, min_frames, stride, factor, frames):
-        v = clip_peak(n) + kept
+    peaks: dict[int, float] = {}  # the windows run clips of two or three lengths: each priced once (a long clip
+    for n, keep, add in temporal_windows(decode, min_frames, stride, factor, frames):  # has thousands of windows)
+        peak = peaks.get(n)
+        if peak is None:
+            peak = peaks[n] = clip_peak(n)
+        v = peak + kept
         best = v if v > best else best
         kept += per * area * keep
         added += add
@@ -1455,9 +1473,10 @@ class _Plan:
         if cs is None and self.untiled is not None:  # unstructured tiled video: priced untiled, an upper bound
             total, env, dry, floor, _, ref, one = self.untiled.price(w, h, b, f, None)
             return total, env, dry, floor, "", ref, one
-        if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels
+        if cs is None:  # the fallback without a structure: the legacy rule, frames as pixels, + the weight copy
             floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
-            return floor + self.cast_bytes, 0, None, floor, "", 0.0, None
+            env = floor + self.copy_at(w, h, b, f, t)
+            return env + self.cast_bytes, env, None, floor, "", 0.0, None
         ac = self.attn
         dry, one = _dry_peak(cs, ac, self.out, w, h, b, f, t,  # type: ignore[arg-type]
                              None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),
@@ -1542,11 +1561,11 @@ def _doc(coefficients: object) -> dict:
 
 def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
                   frames: int = 1, tile: int | None = None, attention: str = "fused",
-                  slicing: bool = False) -> float | None:
+                  slicing: bool = False) -> int | None:
     """The dry-run peak (bytes of live tensors the op creates) from the file's structures, or None where no
     structure covers the request (an architecture never dry-run, a tile
-    outside the structure's ``tile_min``-``tile_max``). ``coef``: what ``coefficients=`` takes elsewhere (None:
-    the packaged file). On the math attention path: ``max(fused peak, attention peak)``
+    outside the structure's ``tile_min``-``tile_max``), rounded up to whole bytes. ``coef``: what
+    ``coefficients=`` takes elsewhere (None: the packaged file). On the math attention path: ``max(fused peak, attention peak)``
     untiled, a tile's attention peak on top of the fused peak tiled. Sliced: one sample's peak plus ``batch - 1``
     outputs. A request no model could run, or this model cannot (an op or tiling it refuses), raises ValueError,
     as pricing does."""
@@ -1563,8 +1582,11 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
         frames_error(model, frame_step(m), frames)
     if problem:
         raise ValueError(problem)
-    return structure_peak_bytes(coef, model, op, width, height, dtype=dtype, batch=batch, frames=frames, tile=tile,
+    if batch > MAX_BATCH:
+        raise ValueError(f"batch must be at most {MAX_BATCH} samples, got {batch}")
+    peak = structure_peak_bytes(coef, model, op, width, height, dtype=dtype, batch=batch, frames=frames, tile=tile,
                                 attention=attention, slicing=slicing)
+    return None if peak is None else math.ceil(peak)
 
 
 def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
@@ -1766,7 +1788,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 {**line, "floor_bytes": 0, "small": None}, dry, one, plan.arch_video and int(frames) == 1,
                 int(width) * int(height))
             single = plan.arch_video and int(frames) == 1
-            reason = (f"measured on this platform ({own['n_points']} points{where}): "
+            reason = (f"its own line on this platform ({own['n_points']} points{where}): "
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
@@ -1862,31 +1884,57 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     :data:`TILE_CANDIDATES`; those that :func:`geometry_error` accepts: smaller than the image, multiples of the
     model's spatial factor and larger than it; and within the tiled structure's ``tile_min``-``tile_max``).
 
-    Returns ``{"untiled_bytes", "untiled_fits", "tile" (None: none fits), "tile_bytes", "priced": {tile: bytes}}``.
+    ``budget_bytes``: an int or a float (``free * 0.9``), 0 or more.
+
+    Returns ``{"untiled_bytes", "untiled_fits", "untiled_refused", "tile" (None: none fits), "tile_bytes",
+    "priced": {tile: bytes}}``: where the request cannot run untiled (diffusers refuses it, as CogVideoX's decode
+    of a 1920x1088 x 49-frame clip) ``untiled_bytes`` is None and ``untiled_refused`` says why, and the tiles are
+    still priced; where the model cannot run tiled, ``priced`` is empty. ``priced`` holds the candidates that
+    could be priced, so an empty one with ``tile`` None says that no candidate applies, not that none fits.
+    A request neither way can run, or a bad argument, raises ValueError with the untiled refusal.
     Only the spatial tile is chosen: a clip runs in time as its class runs it by default (every frame at once, in
     chunks for Wan and CogVideoX, in 17-frame windows for HunyuanVideo, in 17-frame clips for MiniMax-H3), and the
     prices say so."""
-    budget = _positive_int("budget_bytes", budget_bytes)
+    budget = budget_bytes.__index__() if hasattr(budget_bytes, "__index__") and not isinstance(budget_bytes, bool) \
+        else budget_bytes  # numpy integers too
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget < math.inf:
+        raise ValueError(f"budget_bytes must be a number of bytes, 0 or more, got {budget_bytes!r}")
     kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os, batch=batch,
               frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coefficients)
-    untiled = working_memory_bytes(model, op, width, height, **kw)  # also checks every argument
-    f = _doc(coefficients)["models"][model]["spatial_factor"]
+    untiled: int | None = None
+    refused: ValueError | None = None
+    try:
+        untiled = working_memory_bytes(model, op, width, height, **kw)  # also checks every argument
+    except ValueError as e:  # a bad argument, or a request diffusers cannot run untiled: the tiles say which
+        refused = e
     if candidates is not None and not isinstance(candidates, (list, tuple, set, frozenset, range)):
         raise ValueError(f"candidates must be a list of tile sides in px, got {candidates!r}")
     tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
                    reverse=True)
-    plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
-                 attention, slicing)  # also refuses a model that cannot run tiled
-    tile_min, tile_max = plan.tile_min, plan.tile_max
     priced: dict = {}
+    try:
+        plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
+                     attention, slicing)  # refuses a model that cannot run tiled
+    except ValueError:
+        if refused is not None:
+            raise refused from None
+        tiles = []
+    f = _doc(coefficients)["models"][model]["spatial_factor"] if tiles else 0
     best = None
     for t in tiles:
-        if t < tile_min or (tile_max is not None and t > tile_max) or geometry_error(model, f, width, height, t):
+        if t < plan.tile_min or (plan.tile_max is not None and t > plan.tile_max) \
+                or geometry_error(model, f, width, height, t):
             continue  # one that could not be priced is skipped
-        priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
+        try:
+            priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
+        except ValueError:  # diffusers refuses this tile too: skipped (every one, after a bad argument)
+            continue
         if best is None and priced[t] <= budget:
             best = t
-    return {"untiled_bytes": untiled, "untiled_fits": untiled <= budget, "tile": best,
+    if refused is not None and not priced:
+        raise refused
+    return {"untiled_bytes": untiled, "untiled_fits": untiled is not None and untiled <= budget,
+            "untiled_refused": None if refused is None else str(refused), "tile": best,
             "tile_bytes": priced.get(best) if best is not None else None, "priced": priced}
 
 
@@ -1898,6 +1946,10 @@ def conv_backend(torch: object, device: str = "cpu", dtype: str = "fp32") -> str
     bf16/fp16, where the CPU has the instructions (torch's own ``_is_mkldnn_bf16_supported`` /
     ``_is_mkldnn_fp16_supported``), else ``aten`` (torch's reference convolution). The measuring rig uses this
     rule too."""
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a string such as 'cuda:0' or 'cpu', got {device!r}")
+    if not isinstance(dtype, str) or dtype not in ELEMENT_SIZE:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
     kind = device.split(":")[0]
     if kind == "cuda":
         return "miopen" if getattr(torch.version, "hip", None) else "cudnn"  # type: ignore[attr-defined]
@@ -1918,6 +1970,8 @@ def os_key(platform: str | None = None) -> str:
     import sys
 
     p = sys.platform if platform is None else platform
+    if not isinstance(p, str):
+        raise ValueError(f"platform must be a string such as sys.platform, got {p!r}")
     if p.startswith("linux"):
         return "linux"
     if p in ("win32", "cygwin"):
@@ -1941,6 +1995,10 @@ def detect_allocator(backend: str, env: dict | None = None, os: str | None = Non
     odd = sorted(str(k) for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str))
     if odd:
         raise ValueError(f"env must map names to strings, as os.environ does; not: {', '.join(odd)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend in ("mps", "xpu"):  # their allocators take no settings vaemem keys
+        return "native"
     if backend in CPU_BACKENDS:
         if (os or os_key()) != "linux":
             return "system"
@@ -1967,12 +2025,11 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
     if device is not None and not isinstance(device, str):
         raise ValueError(f"device must be a string such as 'cuda:0' or 'cpu', got {device!r}")
     if device is None:
-        mps = getattr(getattr(torch, "backends", None), "mps", None)
-        xpu = getattr(torch, "xpu", None)
-        device = ("cuda" if torch.cuda.is_available() else  # type: ignore[attr-defined]
-                  "mps" if mps is not None and mps.is_available() else
-                  "xpu" if xpu is not None and xpu.is_available() else "cpu")
+        device = next(k for k in ("cuda", "mps", "xpu", "cpu") if _available(torch, k))
     backend = conv_backend(torch, device, dtype)
+    if not _available(torch, device.split(":")[0]):
+        raise ValueError(f"device {device!r} is not available to this torch: detect_platform reads the platform "
+                         "this process runs on")
     os = os_key()
     allocator = detect_allocator(backend, env, os)
     if backend in ("cudnn", "miopen"):
@@ -1983,13 +2040,48 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
                 allocator = "cudaMallocAsync"
         except (AttributeError, RuntimeError):  # a torch built without this device: the environment decides
             pass
-        cuda = getattr(torch.backends, "cuda", None)  # type: ignore[attr-defined]
-        fused = cuda is not None and any(getattr(cuda, n, lambda: False)()
-                                         for n in ("flash_sdp_enabled", "mem_efficient_sdp_enabled"))
-    elif backend in ("mps", "xpu"):
-        allocator = "native"
-        fused = hasattr(torch.nn.functional, "scaled_dot_product_attention")  # type: ignore[attr-defined]
-    else:
-        fused = hasattr(torch.nn.functional, "scaled_dot_product_attention")  # type: ignore[attr-defined]
     return {"device": device.split(":")[0], "backend": backend, "allocator": allocator, "os": os,
-            "attention": "fused" if fused else "math"}
+            "attention": "fused" if _fused_attention(torch, device, dtype) else "math"}
+
+
+def _available(torch: object, kind: str) -> bool:
+    """Whether this torch runs on a device of ``kind`` (cuda: CUDA or ROCm; the CPU always)."""
+    if kind == "cpu":
+        return True
+    module = getattr(getattr(torch, "backends", None), "mps", None) if kind == "mps" else getattr(torch, kind, None)
+    return bool(getattr(module, "is_available", lambda: False)())
+
+
+# torch's fused SDPA kernels and the switches that enable them (torch.backends.cuda, for every device)
+FUSED_SDPA = (("FLASH_ATTENTION", "flash_sdp_enabled"), ("EFFICIENT_ATTENTION", "mem_efficient_sdp_enabled"),
+              ("CUDNN_ATTENTION", "cudnn_sdp_enabled"))
+PROBE_HEAD = (64, 512)  # tokens, channels: one head of the KL VAEs' mid-block attention (diffusers runs it whole)
+
+
+def _fused_attention(torch: object, device: str, dtype: str) -> bool:
+    """Whether torch's scaled-dot-product attention runs a fused kernel (no score matrix) for a VAE's attention on
+    ``device`` in ``dtype``: a probe of one head of :data:`PROBE_HEAD` (64 KiB in fp32 on the device) restricted to
+    the fused kernels the switches enable; a refusal (no kernel takes that head, as on ROCm builds whose kernels
+    stop at 256 channels, or a device with none) says ``math``. Why a probe: the switches are on by default
+    whether or not a kernel exists for the device, the dtype and a 512-channel head. A torch without
+    ``torch.nn.attention`` (before 2.3) is judged by the switches."""
+    nn = getattr(torch, "nn", None)
+    if not hasattr(getattr(nn, "functional", None), "scaled_dot_product_attention"):
+        return False
+    switches = getattr(getattr(torch, "backends", None), "cuda", None)
+    enabled = [k for k, switch in FUSED_SDPA if getattr(switches, switch, lambda: False)()]
+    attention = getattr(nn, "attention", None)
+    kernel, kinds = getattr(attention, "sdpa_kernel", None), getattr(attention, "SDPBackend", None)
+    if kernel is None or kinds is None:
+        return bool(enabled)
+    kernels = [getattr(kinds, k) for k in enabled if hasattr(kinds, k)]
+    if not kernels:
+        return False
+    try:
+        q = torch.zeros((1, 1, *PROBE_HEAD), dtype=getattr(torch, TORCH_DTYPE[dtype]),  # type: ignore[attr-defined]
+                        device=device)
+        with kernel(kernels):
+            nn.functional.scaled_dot_product_attention(q, q, q)  # type: ignore[union-attr]
+    except RuntimeError:  # "No available kernel": torch would materialise the score matrix
+        return False
+    return True

@@ -38,16 +38,6 @@ FACTOR_STEP = 1e-4  # calibration factors (dimensionless)
 FIT_METHOD = ("upper envelope by linear programme (scipy.optimize.linprog, HiGHS): minimise sum(line/demand) "
               "subject to line >= demand at every point, slope >= 0, base >= 0; then x (1 + margin), rounded up")
 
-# The one declared rule for platforms with no measured group: the legacy rule of prior-art.md, never less.
-FALLBACK_RULE = {
-    "rule": "legacy",
-    "formula": "H*W*batch*frames * element_size * k[op] (+ 250 MiB for an fp32 decode of an SD/SDXL-family model); "
-               "tiled: the same over one tile (tile^2) times 1.25",
-    "k": {"miopen": {"decode": 3600, "encode": 2750}, "default": {"decode": 2200, "encode": 1100}},
-    "fp32_sd_decode_extra_bytes": 250 * MIB,
-    "tiled_factor": 1.25,
-}
-
 
 def ceil_step(value: float, step: float) -> float:
     """Round up to a multiple of ``step``; a 1e-9 relative guard keeps solver noise from adding a whole step."""
@@ -270,7 +260,6 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         "measurements_sha256": data.digest,
         "n_runs": data.runs,
         "rigs": data.rigs,
-        "fallback": FALLBACK_RULE,
         "models": models,
         "groups": groups,
         "unfitted": unfitted,

@@ -116,12 +116,13 @@ def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: o
 
 def default_allocator(device: str, os: str | None = None) -> str:
     """The allocator a point on ``device`` gets when none is asked for: on the CPU, the one of ``os`` (default: this
-    host's), glibc's on Linux and the system's elsewhere."""
+    host's), glibc's with fixed thresholds (``glibc-fixed``) on Linux and the system's elsewhere. Why fixed on
+    Linux: with glibc's default thresholds a process's demand varies 25 % between runs of one point."""
     if device.split(":")[0] != "cpu":
         return "native"
     from vaemem.measuring.child.rig import os_name
 
-    return "glibc" if (os or os_name()) == "linux" else "system"
+    return "glibc-fixed" if (os or os_name()) == "linux" else "system"
 
 
 def parse_res(text: str) -> tuple[int, int]:

@@ -149,7 +149,8 @@ def candidates(device: str, ops: list[str], dtypes: list[str], allocators: list[
 def make_plan(budget_min: float, device: str, cost: CostModel, ops: list[str], dtypes: list[str],
               allocators: list[str], video: bool = True, tiles: bool = True, batch: bool = True,
               coef: dict[str, Any] | None = None) -> Plan:
-    """The plan: candidates in priority order, each taken while the predicted total stays within the budget."""
+    """The plan: candidate units in priority order, each taken whole where it fits in what the budget has left
+    (first fit: a unit that does not fit is left out, a later, cheaper one may still be taken)."""
     if not 0 < budget_min < 1e6:  # nan and inf too
         raise VaememError(f"--budget-min must be a positive number of minutes (under 1e6), got {budget_min:g}")
     for dtype in dtypes:  # a key the device cannot take is an error, not a plan without its points

@@ -19,9 +19,8 @@ from vaemem import estimate
 from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, transient_bytes, dry_of, held_out_ratios, \
     own_line, request_of
 from vaemem.models.zoo import get_spec
+from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES
 
-GOAL_MIN_SIZES = 4
-GOAL_MEDIAN, GOAL_MAX = 1.10, 1.25
 LOAO_MEDIAN, LOAO_LIST = 1.15, 1.35
 
 
