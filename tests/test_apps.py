@@ -236,11 +236,35 @@ def test_largest_tile_prices_the_tiles_of_a_request_that_cannot_run_untiled():
     assert whole["untiled_fits"] and whole["priced"] == {} and whole["tile"] is None
     with pytest.raises(ValueError, match="width must be a positive integer"):
         est.largest_tile("flux1", "decode", -8, 1024, 2**30, **GPU)
+    with pytest.raises(ValueError, match="width must be a positive integer"):
+        est.largest_tile("flux1", "decode", "1024", 1024, 2**30, **GPU)
+    # a platform vaemem will not price is refused, not tiled by the fallback (bf16 under glibc: only glibc-fixed
+    # was measured in bf16 here)
+    with pytest.raises(ValueError, match="no coefficient line for dtype bf16") as refused:
+        est.largest_tile("sd15", "decode", 1024, 1024, 2**34, dtype="bf16", backend="onednn", allocator="glibc",
+                         os="linux")
+    assert not isinstance(refused.value, est.Unrunnable)
+    np = pytest.importorskip("numpy")
+    assert est.largest_tile("cogvideox", "decode", 1920, 1088, np.float32(40 * 2**30), frames=49, **GPU) == r
     res = runner.invoke(app, ["estimate", "-m", "cogvideox", "--op", "decode", "--res", "1920x1088", "--frames",
                               "49", "--budget", "40960", "--dtype", "bf16", "--backend", "cudnn", "--allocator",
                               "native", "--os", "linux"])
     assert res.exit_code == 0 and "cannot run untiled" in res.output and \
         f"largest tile that fits: {r['tile']} px" in res.output, res.output
+
+
+def test_a_dict_of_coefficients_is_validated_once_and_the_cache_stays_small():
+    """An app that builds a fresh dict per call must not grow the cache without bound (200 such calls once held
+    449 MiB); the same dict handed in again is a cache hit."""
+    text = PACKAGED.read_text()
+    est.clear_cache()
+    doc = json.loads(text)
+    first = est.load(doc)
+    assert est.load(doc) is first
+    for _ in range(3 * est.DICTS_KEPT):
+        est.load(json.loads(text))
+    assert sum(1 for k in est._CACHE if isinstance(k, tuple) and k[0] == "dict") == est.DICTS_KEPT
+    est.clear_cache()
 
 
 def test_estimate_budget_on_the_cli():

@@ -66,6 +66,8 @@ def _err_line(result) -> str:
      "an overlap applies to tiled points, and the grid has none"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--force", "--retry-failed"],
      "--retry-failed adds nothing"),
+    (["trace", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--slicing"],
+     "a sliced point needs batch > 1"),  # as measure says: batch 1 sliced is the unsliced dry run
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -87,6 +89,7 @@ def test_an_option_of_one_value_given_twice_is_refused(args, option):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert f"Invalid value for {option}: given twice" in result.output
+    assert runner.invoke(app, [*args, "--help"]).exit_code == 0  # help is help, whatever else the line holds
 
 
 def test_repeatable_options_and_a_value_that_looks_like_an_option_pass_the_check():

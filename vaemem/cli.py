@@ -29,7 +29,7 @@ class _Group(TyperGroup):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         name = next((a for a in args if not a.startswith("-")), None)
         command = self.get_command(ctx, name) if name else None
-        if command is not None:
+        if command is not None and "--help" not in args:
             single = {o: p.opts[0] for p in command.params if p.param_type_name == "option"
                       and not (p.multiple or getattr(p, "is_flag", False) or getattr(p, "count", False))
                       for o in p.opts}
@@ -42,7 +42,7 @@ class _Group(TyperGroup):
                 if option not in single:
                     continue
                 if single[option] in seen:
-                    raise typer.BadParameter("given twice: it takes one value", ctx, param_hint=option)
+                    raise typer.BadParameter("given twice: it takes one value", param_hint=option)
                 seen.add(single[option])
                 if token == option:  # its value is the next token
                     next(tokens, None)
@@ -167,7 +167,8 @@ def measure(
             sw = load_sweep(sweep, device)
             points, runs = sw.points, sw.runs if runs == 2 else runs
             if sw.budget_s is not None:  # a plan carries its device and its budget
-                if given_device is not None and given_device != points[0].device:
+                if given_device is not None and given_device not in (points[0].device,
+                                                                     points[0].device.split(":")[0]):
                     raise VaememError(f"{sweep} is a plan for {points[0].device}: --device {device} contradicts it")
                 device = points[0].device
                 budget = (sw.budget_s, sw.predicted_s)
@@ -439,7 +440,7 @@ def plan(
         _fail(e)
     rows = [(p.priority, p.point, p.predicted_s, p.why) for p in result.points]
     header = (f"A calibration plan (issue 13), written by `vaemem plan --budget-min {budget_min:g} --device {device}"
-              f"`:\n{len(rows)} points, predicted {result.predicted_s / 60:.1f} min of {budget_min:g} "
+              f"`:\n{_count(len(rows), 'point')}, predicted {result.predicted_s / 60:.1f} min of {budget_min:g} "
               f"(cost model {cost.source}); {len(result.skipped)} candidates left out by the budget.\n"
               f"Run it: vaemem measure --sweep PLAN.toml --rig {rig_name} --out measurements/plans/{rig_name}.jsonl")
     text = dumps_plan(device, budget_min, cost.to_dict(), rows, header)
@@ -463,13 +464,13 @@ def plan(
         return
     from rich.table import Table
 
-    table = Table("priority", "point", "predicted s", "why", title=f"plan: {len(rows)} points, predicted "
+    table = Table("priority", "point", "predicted s", "why", title=f"plan: {_count(len(rows), 'point')}, predicted "
                   f"{result.predicted_s / 60:.1f} of {budget_min:g} min ({cost.source})")
     for q, p, s, w in rows:
         table.add_row(str(q), p.key, f"{s:.1f}", w)
     _console().print(table)
     if result.skipped:
-        typer.echo(f"left out by the budget: {len(result.skipped)} points (in priority order: "
+        typer.echo(f"left out by the budget: {_count(len(result.skipped), 'point')} (in priority order: "
                    f"{', '.join(p.point.key for p in result.skipped[:3])}, ...)")
     if out is not None:
         typer.echo(f"wrote {out}: run it with `vaemem measure --sweep {out} --rig {rig_name} "
@@ -549,7 +550,7 @@ def fit(
         if result.violations:
             for v in result.violations:
                 typer.echo(f"over bound: {v}", err=True)
-            raise VaememError(f"{len(result.violations)} points are reserved more than {co.QUALITY_BOUND}x their "
+            raise VaememError(f"{_count(len(result.violations), 'point')} reserved more than {co.QUALITY_BOUND}x their "
                               f"demand; fix the data or list the group in {exceptions} with a reason", 1)
         if check_only:
             diffs = co.check(out, text)

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os as _os
 from collections.abc import Callable
 
@@ -196,9 +197,13 @@ def _read(p: str) -> dict:
     return validate(data, f"coefficient file {p}")
 
 
+DICTS_KEPT = 8  # validated dicts load() keeps (the cache holds each, so an id is not reused while kept)
+
+
 def load(path: object = None) -> dict:
     """The coefficient document to price from, read and validated once, then cached: ``path`` a file (str or
-    path-like), a dict (validated once), a list of them (layered: the first that has a group, calibration,
+    path-like), a dict (validated once, when first priced, on a copy: edit a copy and pass that; the last
+    :data:`DICTS_KEPT` are kept), a list of them (layered: the first that has a group, calibration,
     structure or model wins, so ``[mine, None]`` puts a rig owner's own fit over the packaged one), or None (the
     embedded document of an exported module, else :func:`default_coefficients_path`). Refuses an unknown or newer
     schema and any malformed field (ValueError)."""
@@ -206,10 +211,16 @@ def load(path: object = None) -> dict:
         if path.get("_valid") is _VALID:
             return path
         # validated once, on a copy (the caller's dict stays as it was, JSON-serialisable): later edits of it are
-        # not seen, so change a copy and pass that
-        hit = _CACHE.get(("dict", id(path)))
+        # not seen, so change a copy and pass that; the last few dicts are kept (an app building one per call
+        # must not grow the cache)
+        key = ("dict", id(path))
+        hit = _CACHE.pop(key, None)
         if hit is None or hit[0] is not path:
-            hit = _CACHE[("dict", id(path))] = (path, validate(dict(path), "coefficients="))
+            hit = (path, validate(dict(path), "coefficients="))
+            dicts = [k for k in _CACHE if isinstance(k, tuple) and k[0] == "dict"]
+            for old in dicts[:max(0, len(dicts) - DICTS_KEPT + 1)]:
+                del _CACHE[old]
+        _CACHE[key] = hit  # last used, last in order
         return hit[1]
     if isinstance(path, (list, tuple)):
         if not path:
@@ -240,7 +251,7 @@ def _layer(docs: list) -> dict:
     architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
     holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
     so the widest pool sets them."""
-    out = {k: v for k, v in docs[-1].items() if not k.startswith("_")}
+    out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
     models: dict = {}
     structures, groups = {}, {}
@@ -836,7 +847,7 @@ def _split_layer_peak(x: tuple, y: tuple, u: float, n: float, element_bytes: int
     frames = int(x[3] + (y[3] - x[3]) * u + 0.999999)  # between knots: whole frames, rounded up
     size = -(-frames // parts)  # torch.chunk: parts of ceil(frames / parts), as many as that fills
     if size < kt:
-        raise ValueError(f"diffusers cannot run this: a {kt}-frame convolution's input of {n:,.0f} elements "
+        raise Unrunnable(f"diffusers cannot run this: a {kt}-frame convolution's input of {n:,.0f} elements "
                          f"is split into parts of {size} frame(s), shorter than its kernel")
     pieces = -(-frames // size)
     copies = (frames - size + (pieces - 1) * (kt - 1)) / frames * n if kt > 1 else 0.0
@@ -1276,13 +1287,19 @@ def _model(coef: dict, model: object) -> dict:
     return m
 
 
+class Unrunnable(ValueError):
+    """A request the model cannot run as diffusers runs it (an op or tiling it refuses, a split convolution's part
+    shorter than its kernel), as against a bad argument or a platform vaemem will not price: where tiling may be
+    the remedy (:func:`largest_tile`)."""
+
+
 def _check_runs(model: str, m: dict, op: str, tiled: bool) -> None:
-    """ValueError where ``model`` (its file entry ``m``) refuses ``op``, or refuses it tiled (pricing and
+    """:class:`Unrunnable` where ``model`` (its file entry ``m``) refuses ``op``, or refuses it tiled (pricing and
     :func:`dry_run_bytes`)."""
     if op not in m.get("ops", OPS):
-        raise ValueError(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
+        raise Unrunnable(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
     if tiled and op in m.get("refused_tiled", {}):
-        raise ValueError(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
+        raise Unrunnable(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
 
 
 def _check_op(op: str, dtype: str, attention: str) -> None:
@@ -1891,22 +1908,23 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     of a 1920x1088 x 49-frame clip) ``untiled_bytes`` is None and ``untiled_refused`` says why, and the tiles are
     still priced; where the model cannot run tiled, ``priced`` is empty. ``priced`` holds the candidates that
     could be priced, so an empty one with ``tile`` None says that no candidate applies, not that none fits.
-    A request neither way can run, or a bad argument, raises ValueError with the untiled refusal.
+    A request neither way can run raises :class:`Unrunnable` (a ValueError) with the untiled refusal; a bad
+    argument or a platform vaemem will not price raises ValueError, as pricing does.
     Only the spatial tile is chosen: a clip runs in time as its class runs it by default (every frame at once, in
     chunks for Wan and CogVideoX, in 17-frame windows for HunyuanVideo, in 17-frame clips for MiniMax-H3), and the
     prices say so."""
-    budget = budget_bytes.__index__() if hasattr(budget_bytes, "__index__") and not isinstance(budget_bytes, bool) \
-        else budget_bytes  # numpy integers too
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget < math.inf:
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, numbers.Real) \
+            or not 0 <= budget_bytes < math.inf:  # numpy's numbers too
         raise ValueError(f"budget_bytes must be a number of bytes, 0 or more, got {budget_bytes!r}")
+    budget = int(budget_bytes) if isinstance(budget_bytes, numbers.Integral) else float(budget_bytes)
     kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os, batch=batch,
               frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coefficients)
     untiled: int | None = None
     refused: ValueError | None = None
     try:
         untiled = working_memory_bytes(model, op, width, height, **kw)  # also checks every argument
-    except ValueError as e:  # a bad argument, or a request diffusers cannot run untiled: the tiles say which
-        refused = e
+    except Unrunnable as e:  # diffusers cannot run it untiled: its tiles may run (a bad argument or an unpriced
+        refused = e  # platform raises here)
     if candidates is not None and not isinstance(candidates, (list, tuple, set, frozenset, range)):
         raise ValueError(f"candidates must be a list of tile sides in px, got {candidates!r}")
     tiles = sorted({_positive_int("tile", t) for t in (TILE_CANDIDATES if candidates is None else candidates)},
@@ -1915,7 +1933,7 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     try:
         plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
                      attention, slicing)  # refuses a model that cannot run tiled
-    except ValueError:
+    except Unrunnable:
         if refused is not None:
             raise refused from None
         tiles = []
@@ -1927,7 +1945,7 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
             continue  # one that could not be priced is skipped
         try:
             priced[t] = working_memory_bytes(model, op, width, height, tile=t, **kw)
-        except ValueError:  # diffusers refuses this tile too: skipped (every one, after a bad argument)
+        except Unrunnable:  # diffusers refuses this tile too: skipped
             continue
         if best is None and priced[t] <= budget:
             best = t
@@ -2018,8 +2036,9 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
     "attention"}``, from the ``torch`` module the app already imported. ``device`` defaults to CUDA/ROCm, then
     MPS, then XPU where available, else the CPU. The allocator comes from ``torch.cuda.memory.
     get_allocator_backend()`` (cudaMallocAsync) and the parsed allocator variables (expandable or not); the
-    attention path is ``fused`` where torch's scaled-dot-product attention has a fused kernel enabled for the
-    device, else ``math`` (the score matrix is materialised)."""
+    attention path is ``fused`` where a fused scaled-dot-product kernel takes a VAE's attention head on the device
+    in ``dtype``, else ``math`` (the score matrix is materialised): a probe that runs one small attention there
+    (:func:`_fused_attention`). A device this torch does not see raises ValueError."""
     if not isinstance(dtype, str) or dtype not in ELEMENT_SIZE:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
     if device is not None and not isinstance(device, str):
@@ -2060,9 +2079,10 @@ PROBE_HEAD = (64, 512)  # tokens, channels: one head of the KL VAEs' mid-block a
 
 def _fused_attention(torch: object, device: str, dtype: str) -> bool:
     """Whether torch's scaled-dot-product attention runs a fused kernel (no score matrix) for a VAE's attention on
-    ``device`` in ``dtype``: a probe of one head of :data:`PROBE_HEAD` (64 KiB in fp32 on the device) restricted to
-    the fused kernels the switches enable; a refusal (no kernel takes that head, as on ROCm builds whose kernels
-    stop at 256 channels, or a device with none) says ``math``. Why a probe: the switches are on by default
+    ``device`` in ``dtype``: a probe of one head of :data:`PROBE_HEAD` (128 KiB in fp32 on the device) restricted to
+    the fused kernels the switches enable (and the device-specific one torch has no switch for,
+    ``OVERRIDEABLE``: XPU's); a refusal (no kernel takes that head, as on ROCm builds whose kernels stop at 256
+    channels, or a device with none) says ``math``, and so does any error of the probe (the dearer path). Why a probe: the switches are on by default
     whether or not a kernel exists for the device, the dtype and a 512-channel head. A torch without
     ``torch.nn.attention`` (before 2.3) is judged by the switches."""
     nn = getattr(torch, "nn", None)
@@ -2074,7 +2094,7 @@ def _fused_attention(torch: object, device: str, dtype: str) -> bool:
     kernel, kinds = getattr(attention, "sdpa_kernel", None), getattr(attention, "SDPBackend", None)
     if kernel is None or kinds is None:
         return bool(enabled)
-    kernels = [getattr(kinds, k) for k in enabled if hasattr(kinds, k)]
+    kernels = [getattr(kinds, k) for k in (*enabled, "OVERRIDEABLE") if hasattr(kinds, k)]
     if not kernels:
         return False
     try:
@@ -2082,6 +2102,6 @@ def _fused_attention(torch: object, device: str, dtype: str) -> bool:
                         device=device)
         with kernel(kernels):
             nn.functional.scaled_dot_product_attention(q, q, q)  # type: ignore[union-attr]
-    except RuntimeError:  # "No available kernel": torch would materialise the score matrix
-        return False
+    except Exception:  # "No available kernel": torch would materialise the score matrix (any other error of the
+        return False  # probe, e.g. a device out of memory, takes the dearer path too)
     return True

@@ -193,10 +193,12 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
                         "width": width, "height": height, "tiles": [rows, cols], "dtype": dtype, "runs": runs,
                         "device": device, "output_path": str(Path(tmp, f"{p}.pt")),
                         "conv3d_env": os.environ.get("VAEMEM_CONV3D")}
-                outcome = launch.run(task, default_allocator(device), timeout_s)
+                allocator = default_allocator(device)
+                outcome = launch.run(task, allocator, timeout_s)
                 result = dict(outcome.result or {})
                 rec = {"schema_version": SCHEMA_VERSION, "kind": "conv3d", **{k: v for k, v in task.items()
                                                                                 if k not in ("kind", "output_path")},
+                       "allocator": allocator,
                        "method": method if p == "decomposed" else None, "status": classify(outcome),
                        "exit_code": outcome.returncode, "run_wall_s": round(outcome.wall_s, 4),
                        "rig": {"name": rig, **result.pop("rig", {})}, "vaemem_version": __version__,

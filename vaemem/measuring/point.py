@@ -96,7 +96,7 @@ def variant_suffix(point: dict[str, Any]) -> str:
 
 
 def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: object, attention: object,
-                  conv3d: object) -> None:
+                  conv3d: object, batch: int) -> None:
     """Raise VaememError naming what is wrong with a variant of ``spec``; measurement points and dry runs both
     call it."""
     if attention not in ATTENTION:
@@ -112,6 +112,8 @@ def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: o
         raise VaememError(f"a tile overlap ({overlap:g}) applies to tiled points only: give a tile")
     if not isinstance(slicing, bool):
         raise VaememError(f"slicing is true or false, got {slicing!r}")
+    if slicing and batch == 1:
+        raise VaememError("slicing runs a batch one sample at a time: a sliced point needs batch > 1")
 
 
 def default_allocator(device: str, os: str | None = None) -> str:
@@ -179,9 +181,7 @@ def validate(p: Point) -> Point:
     """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
     spec = get_spec(p.model)
     check_geometry(spec, p.op, p.dtype, p.width, p.height, p.batch, p.frames, p.tile)
-    check_variant(spec, p.tile, p.overlap, p.slicing, p.attention, p.conv3d)
-    if p.slicing and p.batch == 1:
-        raise VaememError("slicing runs a batch one sample at a time: a sliced point needs batch > 1")
+    check_variant(spec, p.tile, p.overlap, p.slicing, p.attention, p.conv3d, p.batch)
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
         raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
     allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS

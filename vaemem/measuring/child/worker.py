@@ -88,15 +88,6 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
                                   rig.get("allocator_settings_seen"))
     if mismatch:
         return {**result, "status": "error", "error": mismatch}
-    from vaemem.estimate import _fused_attention
-    from vaemem.models.zoo import ATTENTION_OPS
-
-    # "fused" is torch's own choice of kernel: where none takes a VAE's head, torch would materialise the score
-    # matrices and the demand would be the math path's under the fused key (detect_platform says math there)
-    if point.attention == "fused" and point.op in ATTENTION_OPS.get(spec.architecture, ()) \
-            and not _fused_attention(torch, point.device, point.dtype):
-        return {**result, "status": "error", "error": "no fused attention kernel takes a VAE's head on this "
-                "device in this dtype (torch would materialise the score matrices): measure it with --attention math"}
 
     try:  # an out-of-memory while the weights are placed is an OOM of this point too
         model = build_model(point.model, point.op, point.device, point.dtype)
@@ -127,6 +118,16 @@ def measure_point(point: Point, started_s: float) -> dict[str, Any]:
             readings = probe.stop()
     result["op_wall_s"] = round(time.perf_counter() - t0, 4)
     result["readings"] = readings
+    from vaemem.estimate import _fused_attention
+    from vaemem.models.zoo import ATTENTION_OPS
+
+    # "fused" is torch's own choice of kernel: where none takes a VAE's head, torch materialised the score matrices
+    # and the demand is the math path's, not to be recorded under the fused key (detect_platform says math there).
+    # Probed after the op: before the baseline its one-time costs (kernels, thread pools) would leave the delta
+    if status == "ok" and point.attention == "fused" and point.op in ATTENTION_OPS.get(spec.architecture, ()) \
+            and not _fused_attention(torch, point.device, point.dtype):
+        status, error = "error", ("no fused attention kernel takes a VAE's head on this device in this dtype "
+                                  "(torch materialised the score matrices): measure it with --attention math")
     demand, deltas = demand_from(readings)
     result["delta_bytes"] = deltas
     result["demand_bytes"] = demand if status == "ok" else None
