@@ -727,6 +727,24 @@ def test_a_structureless_fallback_adds_its_weight_copy_and_its_envelope_holds_th
     assert e.bytes == e.envelope_bytes + e.cast_bytes and e.floor_bytes == g.bytes
 
 
+def test_a_tiled_fallback_is_capped_at_the_measured_untiled_price():
+    """LTX-2 in bf16 on aten is measured untiled only: a 1024 px tile of a 2048 px decode was priced by the
+    legacy rule at 2.1x the measured untiled request, though its tiles hold a quarter of the live bytes (dry run)
+    and the same weights; now the untiled price bounds it and the reason says so. Smaller tiles, priced below it,
+    keep the fallback."""
+    kw = dict(dtype="bf16", backend="aten", allocator="glibc-fixed", os="linux")
+    whole = est.explain("ltx-2", "decode", 2048, 2048, **kw)
+    big = est.explain("ltx-2", "decode", 2048, 2048, tile=1024, **kw)
+    small = est.explain("ltx-2", "decode", 2048, 2048, tile=512, **kw)
+    assert whole.source == "measured" and big.source == small.source == "fallback"
+    assert big.bytes == whole.bytes and "capped at this request's measured untiled price" in big.reason
+    assert big.bytes == big.envelope_bytes + big.cast_bytes
+    assert est.working_memory_bytes("ltx-2", "decode", 2048, 2048, tile=1024, **kw) == big.bytes
+    assert small.bytes < whole.bytes and "capped" not in small.reason
+    uncapped = est.dry_run_bytes(None, "ltx-2", "decode", 2048, 2048, dtype="bf16", tile=1024)
+    assert uncapped < est.dry_run_bytes(None, "ltx-2", "decode", 2048, 2048, dtype="bf16")
+
+
 def test_a_dict_handed_in_is_validated_once_and_left_as_it_was():
     """``coefficients=doc`` used to index the caller's dict in place (tuple keys: json.dumps then failed)."""
     doc = json.loads(COMMITTED.read_text())

@@ -1322,7 +1322,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "measured")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1384,7 +1384,7 @@ class _Plan:
                                  f"bytes; refit it with `vaemem fit` to price slicing")
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
-        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = None
+        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.measured = None
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
         # weight_copy_factor, the fallback adds it with the margin
@@ -1431,6 +1431,18 @@ class _Plan:
         if tiled and s is None and not self.image and structures.get(structure_key(arch, op, dtype, False)):
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
+        # a tiled request of an architecture measured untiled here: its tiles hold fewer live bytes than the whole
+        # image where their dry run says so, and the same weights, so the measured untiled price bounds the
+        # fallback's (in the 27 tiled / untiled pairs measured here, tiled demand 0.08-0.45x untiled, each within
+        # 0.03 of the dry runs' ratio); without it a 1024 px tile of LTX-2 in bf16 on aten was priced 2.1x its
+        # measured untiled request
+        if tiled and s is not None:
+            try:
+                u = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
+                          slicing)
+            except ValueError:
+                u = None
+            self.measured = u if u is not None and u.kind == "calib" and u.own is not None else None
         # a weight-copying backend's copy, which neither the legacy rule nor a dry run sees, with the file's margin
         if backend in WEIGHT_COPY_BACKENDS and "largest_conv_parameters" in m:
             self.copy = (copy_s, 1 + coef.get("margin", 0.0), op, dtype, backend)
@@ -1517,6 +1529,13 @@ class _Plan:
         env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
         if env < floor:
             env = floor
+        if self.measured is not None:
+            try:
+                whole = self.measured.price(w, h, b, f, None)
+            except ValueError:  # diffusers cannot run it untiled: nothing bounds the tiles
+                whole = None
+            if whole is not None and dry <= whole[2] and whole[1] < env + copy:
+                return whole[0], whole[1], dry, floor, "capped", ref, one
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
 
     def copy_at(self, w: int, h: int, b: int, f: int, t: object) -> int:
@@ -1845,6 +1864,12 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
+    if note == "capped":  # the measured untiled price bounds the tiles' fallback
+        u = plan.measured
+        points = u.own["n_points"]  # type: ignore[union-attr]
+        return Estimate(total, "fallback", None, f"platform not measured tiled: capped at this request's measured "
+                        f"untiled price (its own line, {points} points), as its tiles' dry-run peak, {dry / MIB:.0f} "
+                        f"MiB, is below the whole image's" + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
             (not ref or scaled > floor * dry / ref):
