@@ -68,6 +68,11 @@ def _err_line(result) -> str:
      "--retry-failed adds nothing"),
     (["trace", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--slicing"],
      "a sliced point needs batch > 1"),  # as measure says: batch 1 sliced is the unsliced dry run
+    # click's own usage errors: one line too, not a usage block and a box
+    (["estimate", "-m", "sd15"], "error: Missing option '--op'. (`"),
+    (["nope"], "error: No such command 'nope'."),
+    (["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp32", "--batch", "x"],
+     "Invalid value for '--batch'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -48,6 +48,28 @@ class _Group(TyperGroup):
                     next(tokens, None)
         return super().parse_args(ctx, args)
 
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Click's main, a usage error said in one line (``error: ...``, exit 2) where click would print the
+        usage and a boxed message."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:  # ^C outside a sweep (a sweep says what it kept and exits 130 itself)
+            typer.echo("aborted", err=True)
+            sys.exit(130)
+        except Exception as e:  # click's usage errors, by their interface (typer carries its own click)
+            if not (hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int)):
+                raise
+            if type(e).__name__ == "NoArgsIsHelpError":  # `vaemem` alone: its help
+                e.show()  # type: ignore[attr-defined]
+            else:
+                ctx = getattr(e, "ctx", None)
+                where = f" (`{ctx.command_path} --help`)" if ctx is not None else ""
+                typer.echo(f"error: {e.format_message()}{where}", err=True)  # type: ignore[attr-defined]
+            sys.exit(e.exit_code)  # type: ignore[attr-defined]
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure, fit and estimate the working memory of VAE decode and encode.")
