@@ -21,7 +21,6 @@ from vaemem.estimate import MIB  # stdlib only: the CLI stays light
 from vaemem.files import default_path, packaged_coefficients
 
 
-
 class _Group(TyperGroup):
     """The command group, refusing an option of one value given twice (click would keep the last silently:
     ``vaemem estimate -m sd15 -m sdxl`` priced sdxl alone)."""
@@ -536,14 +535,12 @@ def fit(
     from vaemem.tracing import cache as tc
 
     try:
-        data = co.load_dataset(measurements, skip_bad=skip_bad)
+        data = _load_measurements(measurements, skip_bad)
         if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
                 and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]):
             raise VaememError(f"--out is the packaged coefficient file {out}, the fit of all of "
                               f"{DEFAULT_MEASUREMENTS}; to replace it with the fit of "
                               f"{', '.join(map(str, measurements))} add --replace, or write elsewhere with --out")
-        for bad in data.skipped:
-            typer.echo(f"skipped {bad}", err=True)
         cache = tc.read_cache(traces) if traces.exists() else None
         stale_runs = tc.incomplete(cache) if cache is not None else []
         if stale_runs:
@@ -789,14 +786,21 @@ def estimate_cmd(
         typer.echo(f"budget {budget:g} MiB: {untiled}; {best} (tiles priced, MiB: {tiles}; spatial tiling only)")
 
 
-def _load_fit(measurements: list[Path], coefficients: Path, skip_bad: bool = False) -> tuple[Any, dict]:
-    """The measurements (malformed lines listed on stderr and skipped, with ``skip_bad``) and a coefficient file."""
-    from vaemem.fit.coefficients import load_dataset, read_coefficients
+def _load_measurements(measurements: list[Path], skip_bad: bool) -> Any:
+    """The measurements, malformed lines listed on stderr and skipped (with ``skip_bad``; else refused)."""
+    from vaemem.fit.coefficients import load_dataset
 
     data = load_dataset(measurements, skip_bad=skip_bad)
     for bad in data.skipped:
         typer.echo(f"skipped {bad}", err=True)
-    return data, read_coefficients(coefficients)
+    return data
+
+
+def _load_fit(measurements: list[Path], coefficients: Path, skip_bad: bool = False) -> tuple[Any, dict]:
+    """The measurements (:func:`_load_measurements`) and a coefficient file."""
+    from vaemem.fit.coefficients import read_coefficients
+
+    return _load_measurements(measurements, skip_bad), read_coefficients(coefficients)
 
 
 @app.command()

@@ -633,8 +633,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 # (read at any version: layered over an older file, it keeps it)
                 _need(own and line.get("weight_copy_factor", 0) >= 1, f"{w}.{name}.transient_seen_bytes",
                       "only on an own line with weight_copy_factor of at least 1", line["transient_seen_bytes"])
-                seen = _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
-                _need(seen <= LIMIT, f"{w}.{name}.transient_seen_bytes", f"at most {LIMIT:g}", seen)
+                _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
@@ -1222,6 +1221,11 @@ def frame_step(m: dict) -> int | None:
     return None if m["temporal_factor"] is None else (m.get("frame_step") or m["temporal_factor"])
 
 
+def batch_error(batch: int) -> str | None:
+    """What is wrong with ``batch`` (a positive int) past :data:`MAX_BATCH`, or None."""
+    return f"batch must be at most {MAX_BATCH} samples, got {batch}" if batch > MAX_BATCH else None
+
+
 def frames_error(model: str, step: int | None, frames: int) -> str | None:
     """What is wrong with ``frames`` for a model whose clips are ``1 + step x k`` frames (``step`` None: an image
     model), or None."""
@@ -1480,7 +1484,7 @@ class _Plan:
         if (f != 1 if self.image else (f - 1) % self.step or f > MAX_FRAMES):  # type: ignore[operator]
             raise ValueError(frames_error(self.model, self.step, f))
         if b > MAX_BATCH:  # type: ignore[operator]
-            raise ValueError(f"batch must be at most {MAX_BATCH} samples, got {b}")
+            raise ValueError(batch_error(b))  # type: ignore[arg-type]
         kind = self.kind
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
@@ -1615,11 +1619,9 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     problem = geometry_error(model, m["spatial_factor"], width, height,
                              None if tile is None else _positive_int("tile", tile)) or \
-        frames_error(model, frame_step(m), frames)
+        frames_error(model, frame_step(m), frames) or batch_error(batch)
     if problem:
         raise ValueError(problem)
-    if batch > MAX_BATCH:
-        raise ValueError(f"batch must be at most {MAX_BATCH} samples, got {batch}")
     peak = structure_peak_bytes(coef, model, op, width, height, dtype=dtype, batch=batch, frames=frames, tile=tile,
                                 attention=attention, slicing=slicing)
     return None if peak is None else math.ceil(peak)

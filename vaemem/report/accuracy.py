@@ -57,16 +57,18 @@ class PointRatios:
     comfy: float
 
 
-def _rule_ratios(p: PointDemand, key: dict[str, Any], coef: dict[str, Any]) -> tuple[float, float]:
+def apps_bytes(p: PointDemand, key: dict[str, Any], coef: dict[str, Any]) -> dict[str, int]:
+    """The apps' rules at a measured point (bytes): ``legacy``, ``comfyui`` and ``invokeai`` (their published
+    per-model rules, :mod:`vaemem.estimate`), as both reports price them."""
     pt = p.point
-    model = coef["models"][pt["model"]]
-    legacy = estimate.legacy_bytes(key["op"], pt["width"], pt["height"], dtype=key["dtype"],
-                                   backend=key["conv_backend"], sd_family=model["family"] == "sd",
-                                   batch=pt["batch"], frames=pt["frames"], tile=pt["tile"])
-    comfy = estimate.comfy_bytes(key["op"], pt["width"], pt["height"], dtype=key["dtype"],
-                                 amd=key["conv_backend"] == "miopen", batch=pt["batch"], frames=pt["frames"],
-                                 model=model)
-    return legacy / p.demand_bytes, comfy / p.demand_bytes
+    m = coef["models"][pt["model"]]
+    kw = {"dtype": key["dtype"], "batch": pt["batch"], "frames": pt["frames"]}
+    return {"legacy": estimate.legacy_bytes(key["op"], pt["width"], pt["height"], backend=key["conv_backend"],
+                                            sd_family=m["family"] == "sd", tile=pt["tile"], **kw),
+            "comfyui": estimate.comfy_bytes(key["op"], pt["width"], pt["height"],
+                                            amd=key["conv_backend"] == "miopen", model=m, **kw),
+            "invokeai": estimate.invokeai_bytes(key["op"], pt["width"], pt["height"], backend=key["conv_backend"],
+                                                model=m, tile=pt["tile"], **kw)}
 
 
 def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
@@ -95,7 +97,8 @@ def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
                                               **req).bytes / p.demand_bytes
                 except ValueError:  # a request the estimator refuses (a platform it deems impossible): no price
                     fitted = None
-            legacy, comfy = _rule_ratios(p, key, coef)
+            rules = apps_bytes(p, key, coef)
+            legacy, comfy = rules["legacy"] / p.demand_bytes, rules["comfyui"] / p.demand_bytes
             out.append(PointRatios(gid, p.point_key, p.rig, p.pixels, p.demand_bytes, fitted,
                                    held.get(p.point_key + p.rig), legacy, comfy))
     return out

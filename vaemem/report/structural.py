@@ -19,7 +19,7 @@ from vaemem import estimate
 from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, transient_bytes, dry_of, held_out_ratios, \
     own_line, request_of
 from vaemem.models.zoo import get_spec
-from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES
+from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES, apps_bytes
 
 LOAO_MEDIAN, LOAO_LIST = 1.15, 1.35
 
@@ -129,8 +129,6 @@ def apps_side_by_side(data: Dataset, coef: dict[str, Any]) -> dict[str, dict[str
         cols: dict[str, list[float]] = {"vaemem": [], "legacy": [], "comfyui": [], "invokeai": []}
         for p in pts:
             pt = p.point
-            m = coef["models"][pt["model"]]
-            kw = {"dtype": key["dtype"], "batch": pt["batch"], "frames": pt["frames"]}
             req = request_of(pt, key)
             try:
                 if req is None:
@@ -140,15 +138,8 @@ def apps_side_by_side(data: Dataset, coef: dict[str, Any]) -> dict[str, dict[str
             except ValueError:
                 continue
             cols["vaemem"].append(mine / p.demand_bytes)
-            cols["legacy"].append(estimate.legacy_bytes(key["op"], pt["width"], pt["height"],
-                                                        backend=key["conv_backend"], sd_family=m["family"] == "sd",
-                                                        tile=pt["tile"], **kw) / p.demand_bytes)
-            cols["comfyui"].append(estimate.comfy_bytes(key["op"], pt["width"], pt["height"],
-                                                        amd=key["conv_backend"] == "miopen", model=m, **kw)
-                                   / p.demand_bytes)
-            cols["invokeai"].append(estimate.invokeai_bytes(key["op"], pt["width"], pt["height"],
-                                                            backend=key["conv_backend"], model=m, tile=pt["tile"],
-                                                            **kw) / p.demand_bytes)
+            for rule, v in apps_bytes(p, key, coef).items():
+                cols[rule].append(v / p.demand_bytes)
         if cols["vaemem"]:
             out[gid] = {k: _stats(v) for k, v in cols.items()}
     return out
