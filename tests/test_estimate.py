@@ -737,12 +737,47 @@ def test_a_tiled_fallback_is_capped_at_the_measured_untiled_price():
     big = est.explain("ltx-2", "decode", 2048, 2048, tile=1024, **kw)
     small = est.explain("ltx-2", "decode", 2048, 2048, tile=512, **kw)
     assert whole.source == "measured" and big.source == small.source == "fallback"
-    assert big.bytes == whole.bytes and "capped at this request's measured untiled price" in big.reason
+    assert big.bytes == whole.bytes and "capped at this request's untiled price (measured: its own line" in big.reason
     assert big.bytes == big.envelope_bytes + big.cast_bytes
     assert est.working_memory_bytes("ltx-2", "decode", 2048, 2048, tile=1024, **kw) == big.bytes
     assert small.bytes < whole.bytes and "capped" not in small.reason
     uncapped = est.dry_run_bytes(None, "ltx-2", "decode", 2048, 2048, dtype="bf16", tile=1024)
     assert uncapped < est.dry_run_bytes(None, "ltx-2", "decode", 2048, 2048, dtype="bf16")
+
+
+def test_tiles_that_are_the_whole_image_cost_no_more_than_the_whole_image():
+    """Wan 2.2 encodes a tile of 2x its px: a 512 px tile of a 1024 px image is one tile, the whole image (same dry
+    run). Unmeasured on cuDNN, the tiled fallback (the legacy rule of one tile x its dry-run ratio) was 1.25x the
+    untiled one; on oneDNN fp32 the tiled transfer from MiniMax-H3 (1.245 x dry run) was 1.10x Wan 2.2's own
+    measured untiled line. Both are capped at the untiled price now, and say so."""
+    for kw, source, how in ((dict(dtype="fp16", backend="cudnn", allocator="native"), "fallback", "the fallback"),
+                            (dict(dtype="fp32", backend="onednn", allocator="glibc-fixed"), "transfer",
+                             "measured: its own line, 24 points")):
+        args = ("wan22", "encode", 1024, 1024)
+        whole = est.explain(*args, frames=17, os="linux", **kw)
+        tiled = est.explain(*args, frames=17, os="linux", tile=512, **kw)
+        assert tiled.bytes == whole.bytes and tiled.source == source
+        assert f"capped at this request's untiled price ({how})" in tiled.reason
+        assert est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17, tile=512) <= \
+            est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17)
+
+
+def test_no_line_reserves_less_than_the_live_tensors():
+    """HunyuanVideo 1.5's fp32 decode line is 0.023 x dry run + its weight copies (8 points where one convolution's
+    1728 MiB copy sets the demand): at 1024x1024 x 17 frames, whose live tensors are 52224 MiB, it priced 3036 MiB.
+    A line never reserves less than LIVE_FLOOR_FACTOR x the dry-run peak, and the reason says when that floor
+    prices; at its measured points the line is above it."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", frames=17)
+    e = est.explain("hunyuanvideo-1.5", "decode", 1024, 1024, **kw)
+    dry = est.dry_run_bytes(None, "hunyuanvideo-1.5", "decode", 1024, 1024, dtype="fp32", frames=17)
+    assert e.bytes == int(est.LIVE_FLOOR_FACTOR * dry) and e.source == "measured"
+    assert "never less than the live tensors" in e.reason
+    small = est.explain("hunyuanvideo-1.5", "decode", 256, 160, **{**kw, "frames": 9})
+    assert "never less than the live tensors" not in small.reason and small.bytes > est.LIVE_FLOOR_FACTOR * \
+        est.dry_run_bytes(None, "hunyuanvideo-1.5", "decode", 256, 160, dtype="fp32", frames=9)
+    line = {"dry_factor": 0.5, "per_sample_factor": 0.0, "base_bytes": 10}
+    assert est.calibration_bytes(line, 1000.0, 1000.0, False, 10**6) == est.LIVE_FLOOR_FACTOR * 1000
+    assert est.calibration_bytes(line, 10.0, 10.0, False, 10**6) == 15.0
 
 
 def test_a_dict_handed_in_is_validated_once_and_left_as_it_was():

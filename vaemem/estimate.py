@@ -105,6 +105,13 @@ ONEDNN_MIN_ELEMENTS = 20480
 # misses the assembly of the output, which grows with the image (SDXL bf16 decode at 4096 px with 256 px tiles:
 # 344 MiB by the rule, 361 MiB of live tensors).
 FALLBACK_MIN_DRY_FACTOR = 1.5
+# A calibration line never reserves less than this x the dry-run peak: a measured demand is never below the live
+# tensors the dry run counts (1.005-82x them at the 792 points of the CPU rigs with a dry run; on a GPU the
+# allocator's peak holds them), and 1.05 is the fit's margin. Why: a line fitted where one convolution's transient
+# sets the demand learns next to nothing per dry-run byte (HunyuanVideo 1.5's fp32 decode: 0.023 x dry run + its
+# 1728 MiB weight copies, over 8 points of at most 1.6 GiB of live tensors), and priced a 1024x1024 x 17-frame
+# decode, whose live tensors are 52224 MiB, at 3036 MiB.
+LIVE_FLOOR_FACTOR = 1.05
 REFERENCE_MODEL = "sd15"  # the SD family, the legacy rule's reference in the fallback
 MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -1326,7 +1333,7 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "measured")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1388,7 +1395,7 @@ class _Plan:
                                  f"bytes; refit it with `vaemem fit` to price slicing")
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
-        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.measured = None
+        self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
         # weight_copy_factor, the fallback adds it with the margin
@@ -1403,6 +1410,9 @@ class _Plan:
                                      f"{backend} line adds; refit it with `vaemem fit`")
                 self.copy = (copy_s, 1.0, op, dtype, backend)
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
+            if tiled and self.own is None:
+                self.whole = _untiled_bound(coef, model, op, dtype, loaded_dtype, backend, allocator, os, cast,
+                                            attention, slicing)
             return
         if self.group is not None:
             self.kind = "pixel"
@@ -1435,18 +1445,14 @@ class _Plan:
         if tiled and s is None and not self.image and structures.get(structure_key(arch, op, dtype, False)):
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
-        # a tiled request of an architecture measured untiled here: its tiles hold fewer live bytes than the whole
-        # image where their dry run says so, and the same weights, so the measured untiled price bounds the
-        # fallback's (in the 27 tiled / untiled pairs measured here, tiled demand 0.08-0.45x untiled, each within
-        # 0.03 of the dry runs' ratio); without it a 1024 px tile of LTX-2 in bf16 on aten was priced 2.1x its
-        # measured untiled request
+        # a tiled request: its tiles hold fewer live bytes than the whole image where their dry run says so, and
+        # the same weights, so the untiled price bounds the fallback's (in the 27 tiled / untiled pairs measured
+        # here, tiled demand 0.08-0.45x untiled, each within 0.03 of the dry runs' ratio); without it a 1024 px
+        # tile of LTX-2 in bf16 on aten was priced 2.1x its measured untiled request, and on an unmeasured cuDNN a
+        # 512 px tile of Wan 2.2's 1024 px encode (one tile: its tiles cover 2x their px) 1.25x the untiled fallback
         if tiled and s is not None:
-            try:
-                u = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
-                          slicing)
-            except ValueError:
-                u = None
-            self.measured = u if u is not None and u.kind == "calib" and u.own is not None else None
+            self.whole = _untiled_bound(coef, model, op, dtype, loaded_dtype, backend, allocator, os, cast,
+                                        attention, slicing)
         # a weight-copying backend's copy, which neither the legacy rule nor a dry run sees, with the file's margin
         if backend in WEIGHT_COPY_BACKENDS and "largest_conv_parameters" in m:
             self.copy = (copy_s, 1 + coef.get("margin", 0.0), op, dtype, backend)
@@ -1519,10 +1525,12 @@ class _Plan:
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            env = int(calibration_bytes(self.own, dry, one, self.arch_video and f == 1, w * h, copy)
-                      if self.own is not None else
-                      transfer_bytes(self.calib, dry, one, self.arch_video and f == 1, w * h, copy)[0])
-            return env + self.cast_bytes, env, dry, 0, "", 0.0, one
+            if self.own is not None:
+                env = int(calibration_bytes(self.own, dry, one, self.arch_video and f == 1, w * h, copy))
+                return env + self.cast_bytes, env, dry, 0, "", 0.0, one
+            env = int(transfer_bytes(self.calib, dry, one, self.arch_video and f == 1, w * h, copy)[0])
+            whole = self._whole(w, h, b, f, dry, env, measured=True)
+            return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
         floor = _legacy(*self.legacy, w, h, bs, 1, t)
@@ -1533,14 +1541,26 @@ class _Plan:
         env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
         if env < floor:
             env = floor
-        if self.measured is not None:
-            try:
-                whole = self.measured.price(w, h, b, f, None)
-            except ValueError:  # diffusers cannot run it untiled: nothing bounds the tiles
-                whole = None
-            if whole is not None and dry <= whole[2] and whole[1] < env + copy:
-                return whole[0], whole[1], dry, floor, "capped", ref, one
+        whole = self._whole(w, h, b, f, dry, env + copy, measured=False)
+        if whole is not None:
+            return whole[:3] + (floor,) + whole[4:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
+
+    def _whole(self, w: int, h: int, b: int, f: int, dry: float, env: int, measured: bool) -> tuple | None:
+        """The untiled request's price where it caps a tiled one whose envelope is ``env`` bytes (``price``'s
+        tuple, noted "capped"): its tiles' dry-run peak ``dry`` is at most the whole image's, and that prices less.
+        ``measured``: only an untiled price from the architecture's own line caps (a transfer's tiles: the untiled
+        fallback is no better evidence than the transfer)."""
+        u = self.whole
+        if u is None or (measured and u.own is None):
+            return None
+        try:
+            whole = u.price(w, h, b, f, None)
+        except ValueError:  # diffusers cannot run it untiled: nothing bounds the tiles
+            return None
+        if dry <= whole[2] and whole[1] < env:
+            return whole[0], whole[1], dry, 0, "capped", 0.0, None
+        return None
 
     def copy_at(self, w: int, h: int, b: int, f: int, t: object) -> int:
         """The weight copy of a request (batch ``b`` per call), the fallback's with the margin: 0 where none is
@@ -1563,6 +1583,16 @@ class _Plan:
             side_w = side_h = t * (cs[7] if cs is not None and cs[0] else 1)  # type: ignore[operator]
         terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
         return int(structure_eval(ac, side_w, side_h, b, f, None, terms))  # type: ignore[arg-type]
+
+
+def _untiled_bound(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
+                   allocator: str, os: str, cast: str, attention: str, slicing: bool) -> _Plan | None:
+    """A tiled request's untiled plan where a dry run prices it (``_Plan.whole``), else None."""
+    try:
+        u = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention, slicing)
+    except ValueError:
+        return None
+    return u if u.cs is not None and u.kind in ("calib", "fallback") else None
 
 
 def _plan(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str, allocator: str,
@@ -1655,8 +1685,14 @@ def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, fram
     ``transient_seen_bytes`` where it has them: a line fitted on the whole demand has priced the transients its
     points held). Below the line's domain (``domain_min_frame_pixels``)
     the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
-    the larger of the two lines. The one evaluation of the line: the fit, the reports and the pricing all call
-    it."""
+    the larger of the two lines. Never below :data:`LIVE_FLOOR_FACTOR` x ``dry``. The one evaluation of the line:
+    the fit, the reports and the pricing all call it."""
+    return max(_line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes), LIVE_FLOOR_FACTOR * dry)
+
+
+def _line_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
+                copy_bytes: float) -> float:
+    """:func:`calibration_bytes` before the floor of the live tensors."""
     return _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + \
         c.get("weight_copy_factor", 0.0) * max(0.0, copy_bytes - c.get("transient_seen_bytes", 0))
 
@@ -1827,6 +1863,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 int(width) * int(height))
             single = plan.arch_video and int(frames) == 1
             reason = (f"its own line on this platform ({own['n_points']} points{where}): "
+                      + _live_floor_says(own, dry, one, single, int(width) * int(height), copy)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
@@ -1841,6 +1878,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,
                             pixels)
+        if note == "capped":  # its own untiled line bounds a transfer's tiles
+            return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
+                            + _capped_says(plan, dry) + cast_note, env, plan.cast_bytes, 0, pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
@@ -1854,7 +1894,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  else f"{top}'s line, the highest here of the {calib['kernel']} class line of "
                       f"{', '.join(sorted(calib['architectures']))} and their own")
         reason = (f"{m['architecture']} not measured here; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _line_terms(line, dry, one, single))
+                  + _live_floor_says(chosen, dry, one, single, px, copy) + _line_terms(line, dry, one, single))
         if copy:
             reason += (f" + {chosen['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
                        f"{copy / MIB:.0f} MiB")
@@ -1866,12 +1906,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
-    if note == "capped":  # the measured untiled price bounds the tiles' fallback
-        u = plan.measured
-        points = u.own["n_points"]  # type: ignore[union-attr]
-        return Estimate(total, "fallback", None, f"platform not measured tiled: capped at this request's measured "
-                        f"untiled price (its own line, {points} points), as its tiles' dry-run peak, {dry / MIB:.0f} "
-                        f"MiB, is below the whole image's" + cast_note, env, plan.cast_bytes, floor, pixels)
+    if note == "capped":  # the untiled price bounds the tiles' fallback
+        return Estimate(total, "fallback", None, "platform not measured tiled: " + _capped_says(plan, dry)
+                        + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
             (not ref or scaled > floor * dry / ref):
@@ -1890,6 +1927,25 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if copy:
         reason += f" + {_copy_says(plan, tile)} on {backend}, {copy / MIB:.0f} MiB with the margin"
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
+
+
+def _capped_says(plan: _Plan, dry: float) -> str:
+    """What a reason says where the untiled request's price caps a tiled one (``_Plan._whole``)."""
+    u = plan.whole
+    how = (f"measured: its own line, {u.own['n_points']} points" if u.own is not None  # type: ignore[union-attr]
+           else "a transfer" if u.kind == "calib" else "the fallback")  # type: ignore[union-attr]
+    return (f"capped at this request's untiled price ({how}), as its tiles' dry-run peak, {dry / MIB:.0f} MiB, is "
+            f"below the whole image's")
+
+
+def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
+                     copy_bytes: float) -> str:
+    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the dry-run peak sets the price ('' where the line
+    does)."""
+    if LIVE_FLOOR_FACTOR * dry <= _line_bytes(line, dry, dry1, single_frame, frame_pixels, copy_bytes):
+        return ""
+    return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (never less than the live tensors, "
+            f"with the margin), above ")
 
 
 def _copy_says(plan: _Plan, tile: object) -> str:

@@ -1,0 +1,86 @@
+"""Which torch ops hold memory no dry run sees, op by op, in a real decode or encode on this CPU.
+
+    python benchmarks/cpu_hidden_ops.py [MODEL OP DTYPE SIDE ...]   # Linux; re-runs itself under glibc-fixed
+    python benchmarks/cpu_hidden_ops.py hunyuanimage-2.1 encode bf16 512
+
+A dry run counts the tensors each op returns; an op's own buffers (a convolution's reorders, a reduction's
+upcast) are invisible to it. This runs the op once on real CPU tensors (a zoo model built from its config,
+seeded, warmed by a first call) under a dispatch mode that, around every aten op, resets the resident peak
+(``/proc/self/clear_refs``) and reads it after: the op's peak above the resident size before it, less the bytes
+of what it returned, is what it held beyond its output. Prints, per aten op, its calls, the most it held so and
+its largest output, in MiB.
+
+Found on 2026-12-03 (AMD EPYC, AVX512-BF16, torch 2.13.0): HunyuanImage-2.1's bf16 encode at 512 px, whose demand
+is 1.85-2.12x its dry run where the other image encoders are 1.04-1.37x (and the same on the AMX Xeon, 0.996-0.998x,
+``benchmarks/cross_rig_check.py``), holds 160 MiB in ``aten.mean.dim`` beyond a 32 MiB output: the channel-group
+mean of its downsampling shortcuts reduces a bf16 input through an fp32 copy. In fp32 the mean holds nothing and
+the largest is a convolution's, 128 MiB (its input's reorder), as in every architecture. SD1.5's bf16 encode,
+which has no such mean, holds at most its convolutions' reorders. The dry run does not model the reduction's
+copy, so left out by architecture HunyuanImage-2.1's bf16 encode is priced from the others' factors at 0.70.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cpu_conv_transients import ENV, _reset_peak, _status  # the same /proc readings (MiB), beside this file
+
+DEFAULT = (("hunyuanimage-2.1", "encode", "bf16", 512), ("hunyuanimage-2.1", "encode", "fp32", 512),
+           ("sd15", "encode", "bf16", 512))
+MIB = 2**20
+
+
+def run(model: str, op: str, dtype: str, side: int) -> dict[str, list[int]]:
+    """Per aten op: [calls, the most bytes it held beyond its output, its largest output in bytes]."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from vaemem.models.build import DTYPES, build_model, input_shape, run_op
+    from vaemem.models.zoo import get_spec
+
+    rows: dict[str, list[int]] = {}
+
+    class Held(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+            _reset_peak()
+            before = _status("VmRSS") * MIB
+            out = func(*args, **(kwargs or {}))
+            peak = _status("VmHWM") * MIB
+            returned = sum(t.untyped_storage().nbytes() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+            r = rows.setdefault(str(func), [0, 0, 0])
+            r[0] += 1
+            r[1] = max(r[1], peak - before - returned)
+            r[2] = max(r[2], returned)
+            return out
+
+    spec = get_spec(model)
+    m = build_model(spec, op, "cpu", dtype, seed=0)
+    x = torch.randn(input_shape(spec, op, side, side, 1, 1)).to(DTYPES[dtype])
+    with torch.no_grad():
+        run_op(m, op, x)  # warm: oneDNN builds its primitives on the first call
+        with Held():
+            run_op(m, op, x)
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    _reset_peak()
+    if argv and len(argv) % 4:
+        sys.exit("error: give points as MODEL OP DTYPE SIDE, four words each")
+    points = [(argv[i], argv[i + 1], argv[i + 2], int(argv[i + 3])) for i in range(0, len(argv), 4)] or DEFAULT
+    for model, op, dtype, side in points:
+        rows = run(model, op, dtype, side)
+        print(f"\n{model} {op} {dtype} {side}x{side} px, glibc-fixed; MiB")
+        print(f"{'aten op':40s} {'calls':>6s} {'held beyond output':>19s} {'largest output':>15s}")
+        for name, (calls, held, out) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:6]:
+            print(f"{name:40s} {calls:6d} {held / MIB:19.1f} {out / MIB:15.1f}")
+
+
+if __name__ == "__main__":
+    if not sys.platform.startswith("linux"):
+        sys.exit("error: reads /proc/self/status and clear_refs: Linux only")
+    if any(os.environ.get(k) != v for k, v in ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ENV})
+    main(sys.argv[1:])
