@@ -10,13 +10,17 @@ seeded, warmed by a first call) under a dispatch mode that, around every aten op
 of what it returned, is what it held beyond its output. Prints, per aten op, its calls, the most it held so and
 its largest output, in MiB.
 
-Found on 2026-12-03 (AMD EPYC, AVX512-BF16, torch 2.13.0): HunyuanImage-2.1's bf16 encode at 512 px, whose demand
-is 1.85-2.12x its dry run where the other image encoders are 1.04-1.37x (and the same on the AMX Xeon, 0.996-0.998x,
-``benchmarks/cross_rig_check.py``), holds 160 MiB in ``aten.mean.dim`` beyond a 32 MiB output: the channel-group
-mean of its downsampling shortcuts reduces a bf16 input through an fp32 copy. In fp32 the mean holds nothing and
-the largest is a convolution's, 128 MiB (its input's reorder), as in every architecture. SD1.5's bf16 encode,
-which has no such mean, holds at most its convolutions' reorders. The dry run does not model the reduction's
-copy, so left out by architecture HunyuanImage-2.1's bf16 encode is priced from the others' factors at 0.70.
+Found on 2026-12-03 (AMD EPYC, AVX512-BF16, no AMX, torch 2.13.0; 1 min for the three defaults):
+HunyuanImage-2.1's bf16 encode at 512 px, whose demand is 1.85-2.12x its dry run where the other image encoders
+are 1.04-1.37x (the same on the AMX Xeon, 0.996-0.998x, ``benchmarks/cross_rig_check.py``), holds 160 MiB in
+``aten.mean.dim`` beyond a 32 MiB output: the channel-group mean of its downsampling shortcuts reduces a bf16 input
+through an fp32 copy. In fp32 the mean holds nothing and the most is a convolution's, 128 MiB (its output's
+reorder), as in every architecture. SD1.5's bf16 encode, which has no such mean, holds at most its convolutions'
+80 MiB. SANA DC-AE's bf16 encode (``sana-dc-ae encode bf16 512``) holds the same 160 MiB in its means, yet its
+demand is 1.01-1.13x its dry run: its means run when few tensors are live. And a bf16 convolution holds twice its
+output (``sd15 decode bf16 512``: 256 MiB beyond a 128 MiB output; fp32, once: 258 beyond 256). The dry run counts
+none of these, so left out by architecture HunyuanImage-2.1's bf16 encode is priced from the others' factors at
+0.70.
 """
 
 from __future__ import annotations
