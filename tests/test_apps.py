@@ -97,7 +97,7 @@ def test_export_refuses_a_bad_coefficient_file(tmp_path):
 
 def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True, bf16: bool = True,
                fp16: bool = False, allocator_backend: str = "native", flash: bool = True, sdpa: bool = True,
-               kernel: bool = True, probes: list | None = None):
+               kernel: bool = True, probes: list | None = None, amx: bool | None = False):
     """A torch module as detect_platform reads it. ``flash``: the fused SDPA switches; ``kernel``: whether a fused
     kernel takes the probe's head (else SDPA refuses as torch does under sdpa_kernel); ``probes`` collects the
     kernels each probe allowed and the probe tensor's dtype and device."""
@@ -123,8 +123,10 @@ def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True,
     functional = types.SimpleNamespace(**({"scaled_dot_product_attention": attend} if sdpa else {}))
     attention = types.SimpleNamespace(sdpa_kernel=sdpa_kernel, SDPBackend=types.SimpleNamespace(
         FLASH_ATTENTION="flash", EFFICIENT_ATTENTION="efficient", CUDNN_ATTENTION="cudnn", MATH="math"))
+    # torch.cpu._is_amx_tile_supported (None: a torch without it)
+    cpu = types.SimpleNamespace(**({} if amx is None else {"_is_amx_tile_supported": lambda: amx}))
     return types.SimpleNamespace(
-        cuda=cuda, backends=backends, version=types.SimpleNamespace(hip=hip, cuda="12.4" if not hip else None),
+        cpu=cpu, cuda=cuda, backends=backends, version=types.SimpleNamespace(hip=hip, cuda="12.4" if not hip else None),
         xpu=types.SimpleNamespace(is_available=lambda: device == "xpu"),
         ops=types.SimpleNamespace(mkldnn=types.SimpleNamespace(_is_mkldnn_bf16_supported=lambda: bf16,
                                                                _is_mkldnn_fp16_supported=lambda: fp16)),
@@ -155,6 +157,12 @@ def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True,
     (dict(), "fp32", {"MALLOC_MMAP_THRESHOLD_": "65536"}, "linux", ("cpu", "onednn", "glibc-fixed", "linux", "fused")),
     (dict(bf16=False), "bf16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
     (dict(bf16=True), "bf16", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
+    # half precision on a CPU with AMX tiles is a platform of its own; fp32 there is oneDNN's as anywhere
+    (dict(bf16=True, amx=True), "bf16", {}, "linux", ("cpu", "onednn-amx", "glibc", "linux", "fused")),
+    (dict(fp16=True, amx=True), "fp16", {}, "linux", ("cpu", "onednn-amx", "glibc", "linux", "fused")),
+    (dict(amx=True), "fp32", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
+    (dict(bf16=False, amx=True), "bf16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
+    (dict(bf16=True, amx=None), "bf16", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
     (dict(fp16=False), "fp16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
     (dict(mkldnn=False), "fp32", {}, "darwin", ("cpu", "aten", "system", "darwin", "fused")),
     (dict(), "fp32", {}, "win32", ("cpu", "onednn", "system", "windows", "fused")),

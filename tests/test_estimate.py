@@ -184,9 +184,9 @@ def test_a_tile_past_the_structures_largest_is_refused_and_skipped():
 
 
 def test_the_reason_states_every_term_it_adds():
-    """The packaged sd15 bf16 decode line has a per-sample term and, on oneDNN, the copy of the largest
-    convolution's weight: the reason's terms add up to the price."""
-    e = est.explain("sd15", "decode", 512, 512, batch=2, dtype="bf16", backend="onednn", allocator="glibc-fixed",
+    """The packaged sd15 bf16 decode line of the AMX Xeon has a per-sample term and, on oneDNN, the copy of the
+    largest convolution's weight: the reason's terms add up to the price."""
+    e = est.explain("sd15", "decode", 512, 512, batch=2, dtype="bf16", backend="onednn-amx", allocator="glibc-fixed",
                     os="linux")
     m = re.search(r"([\d.]+) x dry-run peak (\d+) MiB \+ ([\d.]+) x one sample's (\d+) MiB \+ (\d+) MiB \+ "
                   r"([\d.]+) x the copy of its largest convolution's weight, (\d+) MiB", e.reason)
@@ -323,7 +323,7 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
     assert est.working_memory_bytes("sdxl", "decode", 512, 512, **kw) == first
     est.clear_cache()
     path.write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
-    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-7\)"):
+    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-8\)"):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
@@ -760,6 +760,62 @@ def test_tiles_that_are_the_whole_image_cost_no_more_than_the_whole_image():
         assert f"capped at this request's untiled price ({how})" in tiled.reason
         assert est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17, tile=512) <= \
             est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17)
+
+
+def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
+    """The cap needs the tiles' dry run at most the whole image's, and never rests on a price the live floor set:
+    HunyuanVideo 1.5's untiled fp32 decode at 832x480 x 33 frames is its floor (its line is far below its live
+    tensors there), so its tiled transfer keeps its own price. A capped fallback keeps its legacy floor."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", frames=33)
+    whole = est.explain("hunyuanvideo-1.5", "decode", 832, 480, **kw)
+    tiled = est.explain("hunyuanvideo-1.5", "decode", 832, 480, tile=768, **kw)
+    assert "never less than the live tensors" in whole.reason and tiled.bytes > whole.bytes
+    assert tiled.source == "transfer" and "capped" not in tiled.reason
+    # a tiled fallback whose tiles hold more than the whole image (SD1.5's 768x512 encode, 512 px tiles: the
+    # overlap's assembly) is not capped though its price is above the untiled one
+    kw = dict(dtype="fp16", backend="cudnn", allocator="native", os="linux", attention="math")
+    t = est.explain("sd15", "encode", 768, 512, tile=512, **kw)
+    assert est.dry_run_bytes(None, "sd15", "encode", 768, 512, dtype="fp16", tile=512, attention="math") > \
+        est.dry_run_bytes(None, "sd15", "encode", 768, 512, dtype="fp16", attention="math")
+    assert "capped" not in t.reason and t.bytes > est.working_memory_bytes("sd15", "encode", 768, 512, **kw)
+    capped = est.explain("wan22", "encode", 1024, 1024, frames=17, tile=512, dtype="fp16", backend="cudnn",
+                         allocator="native", os="linux")
+    assert "capped" in capped.reason and capped.floor_bytes > 0
+    # a tiled transfer is capped by the architecture's own untiled line only, not by an untiled transfer (here
+    # Wan 2.2's untiled line taken out and the class's lines lowered, so that the untiled transfer prices less)
+    doc = json.loads(COMMITTED.read_text())
+    for c in doc["calibrations"]:
+        if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/encode/untiled":
+            del c["architectures"]["wan22"], c["transfer_lines"]["wan22"]
+            for line in (c["class"], *c["transfer_lines"].values()):
+                line.update(dry_factor=1.06, per_sample_factor=0.0, single_frame_factor=0.0)
+    kw = dict(frames=17, dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", coefficients=doc)
+    whole = est.explain("wan22", "encode", 1024, 1024, **kw)
+    tiled = est.explain("wan22", "encode", 1024, 1024, tile=512, **kw)
+    assert whole.source == tiled.source == "transfer" and tiled.bytes > whole.bytes and "capped" not in tiled.reason
+    est.clear_cache()
+
+
+def test_half_precision_on_a_cpu_with_amx_is_a_platform_of_its_own():
+    """On the AMX Xeon SD1.5's bf16 decode needs 1.14-1.17x what an AVX512-BF16 EPYC needs (campaign 17): each
+    CPU has its line. An architecture measured in bf16 only on the AMX CPU is priced there by its AMX line (an
+    upper bound, said so); fp32 on onednn-amx is refused (fp32 runs there as onednn)."""
+    kw = dict(dtype="bf16", allocator="glibc-fixed", os="linux")
+    amx = est.explain("sd15", "decode", 512, 512, backend="onednn-amx", **kw)
+    plain = est.explain("sd15", "decode", 512, 512, backend="onednn", **kw)
+    assert amx.group == "conv2d/onednn-amx/glibc-fixed/bf16/linux/decode/untiled"
+    assert plain.group == "conv2d/onednn/glibc-fixed/bf16/linux/decode/untiled" and plain.bytes < amx.bytes
+    bound = est.explain("ltx-video", "decode", 512, 384, frames=9, backend="onednn", **kw)
+    assert bound.group == "conv3d/onednn-amx/glibc-fixed/bf16/linux/decode/untiled" and \
+        bound.bytes == est.working_memory_bytes("ltx-video", "decode", 512, 384, frames=9, backend="onednn-amx", **kw)
+    assert "its own line on onednn-amx, a CPU with AMX tiles" in bound.reason and "an upper bound here" in bound.reason
+    with pytest.raises(ValueError, match="fp32 runs there as onednn"):
+        est.working_memory_bytes("sd15", "decode", 512, 512, backend="onednn-amx", dtype="fp32",
+                                 allocator="glibc-fixed", os="linux")
+    bad = json.loads(COMMITTED.read_text())
+    bad["calibrations"][0].update(conv_backend="onednn-amx", dtype="fp32")
+    with pytest.raises(ValueError, match=r"calibrations\[0\]\.conv_backend.*half precision only"):
+        est.load(bad)
 
 
 def test_no_line_reserves_less_than_the_live_tensors():

@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 7) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 8) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -84,8 +84,11 @@ from collections.abc import Callable
 # 7: an own line fitted on the whole demand carries weight_copy_factor >= 1 and transient_seen_bytes, the largest
 # transient its points held, and adds what a request's transient holds beyond it, which a reader of 6 would price as
 # the whole transient on top; a file of 6 is one of 7 whose whole-demand lines (weight_copy_factor 0) add nothing.
-SCHEMA_VERSION = 7
-READABLE_SCHEMAS = (3, 4, 5, 6, 7)
+# 8: CPU half precision on oneDNN splits by AMX: ``onednn-amx`` where the CPU has AMX tiles (:func:`conv_backend`),
+# a key a reader of 7 does not know; a file of 7 is one of 8 whose half-precision oneDNN lines were all measured
+# on one CPU, labelled ``onednn`` whatever it had (its committed one's: the Xeon's, with AMX).
+SCHEMA_VERSION = 8
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -96,7 +99,7 @@ AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors d
 # formats: ``benchmarks/cpu_conv_transients.py``), or torch's im2col buffer where they do not run it, bytes no dry
 # run sees. Their lines are fitted on demand less each point's transient and price a request with its own added
 # (:func:`conv_transient_bytes`).
-WEIGHT_COPY_BACKENDS = ("onednn",)
+WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 # torch's use_mkldnn: an fp32 convolution of batch 1, groups 1 and a kernel of at most 3 in an inner dim runs on
 # oneDNN only where N x C x its input's next two dims exceed this (else im2col): :func:`conv_transient_elements`
 ONEDNN_MIN_ELEMENTS = 20480
@@ -117,10 +120,14 @@ MIB = 1024 * 1024
 ELEMENT_SIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}  # names in the torch module
 OPS = ("decode", "encode")
-BACKENDS = ("cudnn", "miopen", "onednn", "aten", "mps", "xpu")
+BACKENDS = ("cudnn", "miopen", "onednn", "onednn-amx", "aten", "mps", "xpu")
 ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glibc", "glibc-fixed", "system")
 OSES = ("linux", "windows", "darwin")
-CPU_BACKENDS = ("onednn", "aten")
+CPU_BACKENDS = ("onednn", "onednn-amx", "aten")
+# oneDNN's half-precision kernels on a CPU with AMX tiles hold more than on one without: SD1.5, FLUX.1 and CogView4
+# bf16 need 1.14-1.26x on the AMX Xeon what they need on an AVX512-BF16 EPYC (fp32 agrees within 1.6 %:
+# benchmarks/cross_rig_check.py), so half precision there is a platform of its own (:func:`conv_backend`)
+AMX_BACKEND = "onednn-amx"
 CPU_ALLOCATORS = ("glibc", "glibc-fixed", "system")  # glibc on Linux, the system's elsewhere (detect_allocator)
 ATTENTION = ("fused", "math")  # the attention path: a fused SDPA kernel, or the math path's score matrices
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
@@ -505,10 +512,12 @@ def _check_keys(d: dict, where: str) -> None:
     for name, valid in (("op", OPS), ("dtype", tuple(ELEMENT_SIZE)), ("conv_backend", BACKENDS),
                         ("allocator", ALLOCATORS), ("os", OSES)):
         _need(d[name] in valid, f"{where}.{name}", "one of " + ", ".join(valid), d[name])
+    _need(d["conv_backend"] != AMX_BACKEND or d["dtype"] != "fp32", f"{where}.conv_backend",
+          "half precision only (fp32 on a CPU with AMX runs as onednn)", d["conv_backend"])
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to 7) field by field and index it for pricing. Raises ValueError
+    """Check a coefficient document (schema 3 to 8) field by field and index it for pricing. Raises ValueError
     naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
     slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
@@ -1266,6 +1275,9 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
     if cast not in CAST:
         raise ValueError(f"unknown cast {cast!r}; choose one of: {', '.join(CAST)}")
+    if backend == AMX_BACKEND and dtype == "fp32":
+        raise ValueError(f"backend {AMX_BACKEND} is oneDNN's half precision on a CPU with AMX tiles; fp32 runs there "
+                         f"as onednn")
     cpu = backend in CPU_BACKENDS
     if (allocator in CPU_ALLOCATORS) != cpu:  # what detect_allocator can answer for this backend
         raise ValueError(f"allocator {allocator} does not run with backend {backend}; "
@@ -1333,7 +1345,8 @@ class _Plan:
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
-                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole")
+                 "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
+                 "amx_bound")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1395,6 +1408,17 @@ class _Plan:
                                  f"bytes; refit it with `vaemem fit` to price slicing")
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
+        # half precision on oneDNN without AMX, the architecture measured only on a CPU with AMX tiles: its lines
+        # there, an upper bound (in bf16 the AMX Xeon needs 1.00-1.27x what an AVX512-BF16 EPYC needs at the same
+        # points: benchmarks/cross_rig_check.py), before a transfer from other architectures or the fallback
+        self.amx_bound = False
+        if backend == "onednn" and dtype != "fp32" and self.group is None and \
+                (self.calib is None or arch not in self.calib["architectures"]):
+            amx = {**key, "conv_backend": AMX_BACKEND}
+            calib, group = coef["_calib"].get(calibration_id(amx, m.get("kernel", "conv2d"))), \
+                coef["_index"].get(group_id(amx))
+            if group is not None or (calib is not None and arch in calib["architectures"]):
+                self.calib, self.group, key, self.amx_bound = calib, group, amx, True
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
@@ -1463,8 +1487,9 @@ class _Plan:
             self.ref_terms = None if self.cref is None or self.cref[0] else frame_terms(self.cref, 1)
 
     def price(self, width: object, height: object, batch: object, frames: object, tile: object) -> tuple:
-        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note, the SD family's dry-run peak or 0, the
-        dry-run peak of one sample or None) of one request; ValueError for sizes
+        """(bytes, envelope bytes, dry-run peak or None, legacy floor, note (a pixel line's extrapolation, "capped"
+        where the untiled price caps a tiled one, "floored" where the live floor sets an own line's), the SD
+        family's dry-run peak or 0, the dry-run peak of one sample or None) of one request; ValueError for sizes
         ``vaemem measure`` refuses. explain and working_memory_bytes both call it, so the reasoning and the number
         never part. One method on purpose: it is the hot path."""
         if not (type(width) is int and type(height) is int and type(batch) is int and type(frames) is int
@@ -1526,8 +1551,9 @@ class _Plan:
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
             if self.own is not None:
-                env = int(calibration_bytes(self.own, dry, one, self.arch_video and f == 1, w * h, copy))
-                return env + self.cast_bytes, env, dry, 0, "", 0.0, one
+                line = _line_bytes(self.own, dry, one, self.arch_video and f == 1, w * h, copy)
+                env = int(max(line, LIVE_FLOOR_FACTOR * dry))
+                return env + self.cast_bytes, env, dry, 0, "floored" if line < env else "", 0.0, one
             env = int(transfer_bytes(self.calib, dry, one, self.arch_video and f == 1, w * h, copy)[0])
             whole = self._whole(w, h, b, f, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
@@ -1550,7 +1576,8 @@ class _Plan:
         """The untiled request's price where it caps a tiled one whose envelope is ``env`` bytes (``price``'s
         tuple, noted "capped"): its tiles' dry-run peak ``dry`` is at most the whole image's, and that prices less.
         ``measured``: only an untiled price from the architecture's own line caps (a transfer's tiles: the untiled
-        fallback is no better evidence than the transfer)."""
+        fallback is no better evidence than the transfer). Never a price the live floor set: a lower bound, not a
+        measurement's line (HunyuanVideo 1.5's fp32 decode at 832x480 x 33 frames)."""
         u = self.whole
         if u is None or (measured and u.own is None):
             return None
@@ -1558,7 +1585,7 @@ class _Plan:
             whole = u.price(w, h, b, f, None)
         except ValueError:  # diffusers cannot run it untiled: nothing bounds the tiles
             return None
-        if dry <= whole[2] and whole[1] < env:
+        if dry <= whole[2] and whole[1] < env and whole[4] != "floored":
             return whole[0], whole[1], dry, 0, "capped", 0.0, None
         return None
 
@@ -1678,16 +1705,18 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
 
 
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                      copy_bytes: float = 0) -> float:
+                      copy_bytes: float = 0, live_floor: bool = True) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
     a video architecture; ``frame_pixels``: width x height; ``copy_bytes``: the request's convolution transient
     (:func:`conv_transient_bytes`), which a line with ``weight_copy_factor`` adds, beyond its
     ``transient_seen_bytes`` where it has them: a line fitted on the whole demand has priced the transients its
     points held). Below the line's domain (``domain_min_frame_pixels``)
     the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
-    the larger of the two lines. Never below :data:`LIVE_FLOOR_FACTOR` x ``dry``. The one evaluation of the line:
-    the fit, the reports and the pricing all call it."""
-    return max(_line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes), LIVE_FLOOR_FACTOR * dry)
+    the larger of the two lines. Never below :data:`LIVE_FLOOR_FACTOR` x ``dry`` (``live_floor=False``: the line
+    itself, as the fit compares lines). The one evaluation of the line: the fit, the reports and the pricing all
+    call it."""
+    line = _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes)
+    return max(line, LIVE_FLOOR_FACTOR * dry) if live_floor else line
 
 
 def _line_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
@@ -1846,6 +1875,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         cast_note += ("; sliced: one sample's peak plus the outputs of the samples before it"
                       if plan.out is not None and plan.cs is not None and plan.kind != "pixel"
                       else "; sliced, priced as unsliced (an upper bound: no dry-run structure)")
+    if plan.amx_bound:
+        cast_note += (f"; not measured in half precision on oneDNN without AMX, whose kernels hold less: an upper "
+                      f"bound here")
     if plan.cast_bytes:
         cast_note += (f"; cast {plan.cast_params:,} parameters ("
                      f"{'the whole model' if cast == 'model' else 'its ' + ('decoder' if op == 'decode' else 'encoder')}"
@@ -1862,7 +1894,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 {**line, "floor_bytes": 0, "small": None}, dry, one, plan.arch_video and int(frames) == 1,
                 int(width) * int(height))
             single = plan.arch_video and int(frames) == 1
-            reason = (f"its own line on this platform ({own['n_points']} points{where}): "
+            on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
+            reason = (f"its own line on {on} ({own['n_points']} points{where}): "
                       + _live_floor_says(own, dry, one, single, int(width) * int(height), copy)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
@@ -2045,8 +2078,9 @@ def conv_backend(torch: object, device: str = "cpu", dtype: str = "fp32") -> str
     """The conv backend key of ``device`` (cuda, cpu, mps, xpu) in ``dtype``: ``miopen`` on ROCm (recognised by
     ``torch.version.hip``), ``cudnn`` on CUDA; on the CPU ``onednn`` where torch's mkldnn is available and, for
     bf16/fp16, where the CPU has the instructions (torch's own ``_is_mkldnn_bf16_supported`` /
-    ``_is_mkldnn_fp16_supported``), else ``aten`` (torch's reference convolution). The measuring rig uses this
-    rule too."""
+    ``_is_mkldnn_fp16_supported``), else ``aten`` (torch's reference convolution); bf16/fp16 on oneDNN is
+    ``onednn-amx`` where the CPU has AMX tiles (``torch.cpu._is_amx_tile_supported``; :data:`AMX_BACKEND`). The
+    measuring rig uses this rule too."""
     if not isinstance(device, str):
         raise ValueError(f"device must be a string such as 'cuda:0' or 'cpu', got {device!r}")
     if not isinstance(dtype, str) or dtype not in ELEMENT_SIZE:
@@ -2060,7 +2094,8 @@ def conv_backend(torch: object, device: str = "cpu", dtype: str = "fp32") -> str
         probe = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(dtype)
         if probe and not getattr(torch.ops.mkldnn, probe)():  # type: ignore[attr-defined]
             return "aten"
-        return "onednn"
+        amx = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
+        return AMX_BACKEND if probe and amx is not None and amx() else "onednn"
     if kind in ("mps", "xpu"):
         return kind
     raise ValueError(f"unknown device {device!r}; choose one of: cuda, cpu, mps, xpu")

@@ -21,7 +21,7 @@ from typing import Any
 
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
-from vaemem.estimate import SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes
+from vaemem.estimate import AMX_BACKEND, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -32,6 +32,10 @@ from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_su
 
 EXCEPTIONS_SCHEMA_VERSION = 1
 QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
+# Rigs whose records say "onednn" for half precision on a CPU with AMX tiles: measured before vaemem.estimate's
+# conv_backend told AMX apart (records of 2026-12-03 before campaign 17; the README names the CPU: a Xeon with
+# AVX512-BF16 and AMX). Their half-precision oneDNN points are keyed as AMX_BACKEND, as a rig records it now.
+AMX_RIGS_BEFORE_KEY = ("xeon-amx-2core",)
 SLOPE_STEP = 0.01  # bytes per pixel
 BASE_STEP = MIB
 FACTOR_STEP = 1e-4  # calibration factors (dimensionless)
@@ -69,6 +73,15 @@ class Dataset:
     skipped: list[BadLine]
 
 
+def record_conv_backend(r: dict[str, Any]) -> str:
+    """The conv backend key of a measurement record: its rig's, or :data:`AMX_BACKEND` for a half-precision
+    oneDNN record of a rig in :data:`AMX_RIGS_BEFORE_KEY`."""
+    conv = r["rig"]["conv_backend"]
+    if conv == "onednn" and r["dtype"] != "fp32" and r["rig"]["name"] in AMX_RIGS_BEFORE_KEY:
+        return AMX_BACKEND
+    return conv
+
+
 def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
     """Read every measurement under ``paths`` and group the ok runs (see module docstring)."""
     from vaemem.models.zoo import get_spec
@@ -96,7 +109,7 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         try:
             rig = r["rig"]
             key = {"architecture": get_spec(r["model"]).architecture, "op": r["op"],
-                   "conv_backend": rig["conv_backend"], "allocator": r["allocator"], "dtype": r["dtype"],
+                   "conv_backend": record_conv_backend(r), "allocator": r["allocator"], "dtype": r["dtype"],
                    "os": rig["os"], "tiled": r["tile"] is not None}
             ident = (rig["name"], r["point_key"])
             demand, pixels = int(r["demand_bytes"]), int(r["pixels"])
@@ -473,7 +486,8 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         ref = statistics.median(r[0] for r in pooled)
         # each own line's factor at the class's median dry run, less the weight copy, as the class line is
         # fitted: the spread says how far the architectures are apart where a transfer prices them alike
-        factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS) / ref for ln in archs.values()]
+        factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS, live_floor=False) / ref
+                   for ln in archs.values()]
         spread = max(factors) / min(factors)
         uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin, copies)
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered

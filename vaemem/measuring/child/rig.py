@@ -44,7 +44,8 @@ def backend_of(torch: Any, device: str, dtype: str = "fp32") -> tuple[str, str]:
     """(backend, conv backend): cuda/cudnn, rocm/miopen, cpu/onednn or cpu/aten, mps/mps, xpu/xpu. The conv
     backend is the estimator's rule (:func:`vaemem.estimate.conv_backend`), so that what a rig records is what an
     app's ``detect_platform`` finds. On the CPU it depends on the dtype: oneDNN runs bf16/fp16 only where the CPU
-    has the instructions (AVX512-BF16, AMX, AVX2-VNNI-2); elsewhere torch falls back to its reference
+    has the instructions (AVX512-BF16, AMX, AVX2-VNNI-2), as ``onednn-amx`` where the CPU has AMX tiles (its
+    kernels hold more); elsewhere torch falls back to its reference
     ``slow_conv2d`` (im2col + GEMM), with other memory and ~100x the time: a different key."""
     from vaemem.estimate import conv_backend
 
