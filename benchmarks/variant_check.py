@@ -15,6 +15,7 @@ import json
 import sys
 
 from vaemem import estimate as est
+from vaemem.fit.coefficients import record_conv_backend
 from vaemem.tracing.trace import TraceSpec, trace
 
 MIB = 2**20
@@ -27,7 +28,7 @@ def main(coefficients: str, measurements: str = "measurements/xeon-amx-2core-var
         r = json.loads(line)
         if r["status"] != "ok":
             continue
-        kw = dict(dtype=r["dtype"], backend=r["rig"]["conv_backend"], allocator=r["allocator"], os=r["rig"]["os"],
+        kw = dict(dtype=r["dtype"], backend=record_conv_backend(r), allocator=r["allocator"], os=r["rig"]["os"],
                   batch=r["batch"], frames=r["frames"], coefficients=coefficients)
         mine = est.working_memory_bytes(r["model"], r["op"], r["width"], r["height"], attention=r["attention"],
                                         slicing=r["slicing"], **kw)

@@ -61,3 +61,12 @@ def descendants(pid: int) -> list[int]:
 @pytest.fixture
 def fake_launcher() -> FakeLauncher:
     return FakeLauncher()
+
+
+def as_schema(doc: dict, version: int) -> dict:
+    """``doc`` (a coefficient document) relabelled as a file of an older schema ``version``, in place: before
+    schema 8 no file held the onednn-amx key, so its groups and calibrations go."""
+    doc["schema_version"] = version
+    doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
+    doc["calibrations"] = [c for c in doc.get("calibrations", []) if c["conv_backend"] != "onednn-amx"]
+    return doc

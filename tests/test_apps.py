@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from vaemem import estimate as est
 from vaemem.cli import app
+from conftest import as_schema
 
 ROOT = Path(__file__).parent.parent
 PACKAGED = ROOT / "vaemem" / "coefficients.json"
@@ -162,7 +163,7 @@ def fake_torch(device: str = "cpu", hip: str | None = None, mkldnn: bool = True,
     (dict(fp16=True, amx=True), "fp16", {}, "linux", ("cpu", "onednn-amx", "glibc", "linux", "fused")),
     (dict(amx=True), "fp32", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
     (dict(bf16=False, amx=True), "bf16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
-    (dict(bf16=True, amx=None), "bf16", {}, "linux", ("cpu", "onednn", "glibc", "linux", "fused")),
+
     (dict(fp16=False), "fp16", {}, "linux", ("cpu", "aten", "glibc", "linux", "fused")),
     (dict(mkldnn=False), "fp32", {}, "darwin", ("cpu", "aten", "system", "darwin", "fused")),
     (dict(), "fp32", {}, "win32", ("cpu", "onednn", "system", "windows", "fused")),
@@ -171,6 +172,29 @@ def test_detect_platform_on_fake_torch_modules(monkeypatch, torch_kw, dtype, env
     monkeypatch.setattr(sys, "platform", platform)
     got = est.detect_platform(fake_torch(**torch_kw), dtype, env=env)
     assert (got["device"], got["backend"], got["allocator"], got["os"], got["attention"]) == want
+
+
+@pytest.mark.parametrize("probe,flags,want", [
+    (None, "fpu avx512f avx512_bf16", "onednn"),  # no torch probe: Linux's flags tell
+    (None, "fpu avx512_bf16 amx_bf16 amx_tile amx_int8", "onednn-amx"),
+    (None, None, "onednn-amx"),  # neither tells: the platform that holds more
+    ("raises", "fpu avx512_bf16", "onednn"),  # a probe that raises: the flags still tell
+    (False, "fpu amx_tile", "onednn"),  # torch's probe wins
+])
+def test_amx_without_torchs_probe(monkeypatch, tmp_path, probe, flags, want):
+    """A torch without ``torch.cpu._is_amx_tile_supported`` (pyproject allows torch 2.1) must not price an AMX
+    CPU by the lines of one without AMX (0.79-0.88x its demand in bf16)."""
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(est, "CPUINFO", str(cpuinfo))
+    torch = fake_torch(bf16=True, amx=None if probe in (None, "raises") else probe)
+    if probe == "raises":
+        def broken() -> bool:
+            raise RuntimeError("no cpuinfo")
+        torch.cpu._is_amx_tile_supported = broken
+    assert est.conv_backend(torch, "cpu", "bf16") == want
+    assert est.conv_backend(torch, "cpu", "fp32") == "onednn"
 
 
 def test_the_attention_probe_is_one_vae_head_on_the_device_with_the_enabled_fused_kernels():
@@ -415,7 +439,7 @@ def test_a_schema_6_layer_prices_transfer_as_its_pool_says(tmp_path):
     layer's calibration wins a tie of pools whole, so [6, packaged] prices a transfer by the class line alone, as
     the schema-6 file does by itself, and [packaged, 6] as the packaged file does."""
     six = json.loads(PACKAGED.read_text())
-    six["schema_version"] = 6
+    as_schema(six, 6)
     for c in six["calibrations"]:
         del c["transfer_lines"]
         for line in c["architectures"].values():

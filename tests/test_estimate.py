@@ -14,6 +14,7 @@ from vaemem import estimate as est
 from vaemem.errors import VaememError
 from vaemem.measuring.point import check_geometry
 from vaemem.models.zoo import get_spec
+from conftest import as_schema
 
 MIB = 1024 * 1024
 
@@ -661,7 +662,7 @@ def test_weight_copy_fields_are_validated(tmp_path):
         with pytest.raises(ValueError, match=re.escape(message)):
             est.validate(bad, "c.json")
     old = json.loads(json.dumps(doc))  # a file of schema 4 has neither: readable, and no transfer adds a copy
-    old["schema_version"] = 4
+    as_schema(old, 4)
     for m in old["models"].values():
         del m["largest_conv_parameters"]
     for c in old["calibrations"]:
@@ -670,7 +671,7 @@ def test_weight_copy_fields_are_validated(tmp_path):
             line.pop("weight_copy_factor", None)
             line.pop("transient_seen_bytes", None)
     six = json.loads(json.dumps(doc))  # schema 6: a whole-demand own line's factor is 0, and it adds nothing;
-    six["schema_version"] = 6  # no transfer_lines: a transfer takes the class line
+    as_schema(six, 6)  # no transfer_lines: a transfer takes the class line
     for c in six["calibrations"]:
         del c["transfer_lines"]
         for line in c["architectures"].values():
@@ -682,11 +683,12 @@ def test_weight_copy_fields_are_validated(tmp_path):
     assert "conv3d class line of" in e6.reason and e6.bytes < est.explain(
         "cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed",
         os="linux").bytes
-    line = six["calibrations"][k]["architectures"]["wan21"]
+    line = next(c for c in six["calibrations"]
+                if c["calibration"] == doc["calibrations"][k]["calibration"])["architectures"]["wan21"]
     assert est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192, 10**12) == \
         est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192)
     five = json.loads(json.dumps(doc))  # schema 5: own lines without the factor (fitted on the whole demand)
-    five["schema_version"] = 5
+    as_schema(five, 5)
     for c in five["calibrations"]:
         del c["transfer_lines"]
         for line in c["architectures"].values():
@@ -809,6 +811,11 @@ def test_half_precision_on_a_cpu_with_amx_is_a_platform_of_its_own():
     assert bound.group == "conv3d/onednn-amx/glibc-fixed/bf16/linux/decode/untiled" and \
         bound.bytes == est.working_memory_bytes("ltx-video", "decode", 512, 384, frames=9, backend="onednn-amx", **kw)
     assert "its own line on onednn-amx, a CPU with AMX tiles" in bound.reason and "an upper bound here" in bound.reason
+    # nothing of CogView4's class measured tiled without AMX: the AMX class's transfer, said so
+    tiled = est.explain("cogview4", "decode", 1024, 1024, tile=512, backend="onednn", **kw)
+    assert tiled.source == "transfer" and "class line of flux1, sd15 on onednn-amx" in tiled.reason
+    assert tiled.bytes == est.working_memory_bytes("cogview4", "decode", 1024, 1024, tile=512, backend="onednn-amx",
+                                                   **kw)
     with pytest.raises(ValueError, match="fp32 runs there as onednn"):
         est.working_memory_bytes("sd15", "decode", 512, 512, backend="onednn-amx", dtype="fp32",
                                  allocator="glibc-fixed", os="linux")
@@ -816,6 +823,23 @@ def test_half_precision_on_a_cpu_with_amx_is_a_platform_of_its_own():
     bad["calibrations"][0].update(conv_backend="onednn-amx", dtype="fp32")
     with pytest.raises(ValueError, match=r"calibrations\[0\]\.conv_backend.*half precision only"):
         est.load(bad)
+
+
+def test_a_schema_7_file_prices_half_precision_on_an_amx_cpu_by_its_onednn_lines():
+    """A file of schema 7 keys half precision on oneDNN as onednn whatever the CPU had: on a CPU with AMX those
+    lines price as they did (not the fallback); such a file may not say onednn-amx."""
+    doc = json.loads(COMMITTED.read_text())
+    doc["schema_version"] = 7
+    doc["calibrations"] = [c for c in doc["calibrations"] if c["conv_backend"] != "onednn-amx"]
+    kw = dict(dtype="bf16", allocator="glibc-fixed", os="linux", coefficients=doc)
+    amx = est.explain("sd15", "decode", 512, 512, backend="onednn-amx", **kw)
+    assert amx.source == "measured" and amx.group == "conv2d/onednn/glibc-fixed/bf16/linux/decode/untiled"
+    assert amx.bytes == est.working_memory_bytes("sd15", "decode", 512, 512, backend="onednn", **kw)
+    bad = json.loads(COMMITTED.read_text())
+    bad["schema_version"] = 7
+    with pytest.raises(ValueError, match=r"conv_backend.*not in a file of schema 7 or older"):
+        est.load(bad)
+    est.clear_cache()
 
 
 def test_no_line_reserves_less_than_the_live_tensors():

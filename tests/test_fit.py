@@ -308,3 +308,15 @@ def test_report_known_ratios_on_points_exactly_on_a_line(tmp_path):
     assert [r.comfy for r in rows] == pytest.approx([2178 * w * h * 4 / (1000 * w * h + 100 * MIB) for w, h in sizes])
     s = accuracy.summarize(rows)["groups"][g["group"]]
     assert s["goal"] == "met" and s["held_out"]["under"] == 0 and s["fitted"]["median"] == 1.05
+
+
+def test_the_amx_xeons_earlier_half_precision_records_are_keyed_onednn_amx():
+    """Records of the AMX Xeon made before conv_backend told AMX apart say "onednn" for bf16: read as onednn-amx.
+    fp32 stays onednn, and a later "onednn" bf16 record of that name came from a CPU without AMX."""
+    def rec(dtype: str, when: str, name: str = "xeon-amx-2core") -> dict:
+        return {"dtype": dtype, "utc_time": when, "rig": {"name": name, "conv_backend": "onednn"}}
+
+    assert co.record_conv_backend(rec("bf16", "2026-12-02T10:00:00Z")) == "onednn-amx"
+    assert co.record_conv_backend(rec("fp32", "2026-12-02T10:00:00Z")) == "onednn"
+    assert co.record_conv_backend(rec("bf16", "2027-01-01T00:00:00Z")) == "onednn"
+    assert co.record_conv_backend(rec("bf16", "2026-12-02T10:00:00Z", "epyc-bf16-2core")) == "onednn"

@@ -128,6 +128,7 @@ CPU_BACKENDS = ("onednn", "onednn-amx", "aten")
 # bf16 need 1.14-1.26x on the AMX Xeon what they need on an AVX512-BF16 EPYC (fp32 agrees within 1.6 %:
 # benchmarks/cross_rig_check.py), so half precision there is a platform of its own (:func:`conv_backend`)
 AMX_BACKEND = "onednn-amx"
+CPUINFO = "/proc/cpuinfo"  # Linux's CPU flags, where torch has no AMX probe (:func:`_cpu_has_amx`)
 CPU_ALLOCATORS = ("glibc", "glibc-fixed", "system")  # glibc on Linux, the system's elsewhere (detect_allocator)
 ATTENTION = ("fused", "math")  # the attention path: a fused SDPA kernel, or the math path's score matrices
 GROUP_KEYS = ("architecture", "op", "conv_backend", "allocator", "dtype", "os", "tiled")
@@ -507,13 +508,16 @@ def _check_structure(s: dict, where: str) -> None:
                 raise ValueError(f"{where} prices {side}x{side} x {k} frames at zero or less")
 
 
-def _check_keys(d: dict, where: str) -> None:
-    """The platform key fields of a group or calibration name valid choices."""
+def _check_keys(d: dict, where: str, amx: bool) -> None:
+    """The platform key fields of a group or calibration name valid choices (``amx``: :data:`AMX_BACKEND` among
+    them, from schema 8; a layered document's layers were checked each)."""
     for name, valid in (("op", OPS), ("dtype", tuple(ELEMENT_SIZE)), ("conv_backend", BACKENDS),
                         ("allocator", ALLOCATORS), ("os", OSES)):
         _need(d[name] in valid, f"{where}.{name}", "one of " + ", ".join(valid), d[name])
-    _need(d["conv_backend"] != AMX_BACKEND or d["dtype"] != "fp32", f"{where}.conv_backend",
-          "half precision only (fp32 on a CPU with AMX runs as onednn)", d["conv_backend"])
+    if d["conv_backend"] == AMX_BACKEND:
+        _need(amx, f"{where}.conv_backend", "not in a file of schema 7 or older (from schema 8)", d["conv_backend"])
+        _need(d["dtype"] != "fp32", f"{where}.conv_backend", "half precision only (fp32 on a CPU with AMX runs as "
+              "onednn)", d["conv_backend"])
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
@@ -583,7 +587,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
         w = f"{source}: groups[{i}]"
         for f in GROUP_KEYS:
             _field(g, f, w, "bool" if f == "tiled" else "str")
-        _check_keys(g, w)
+        _check_keys(g, w, version >= 8 or layered)
         if _field(g, "group", w, "str") != group_id(g):
             raise ValueError(f"{w}.group {g['group']!r} is not its key's id {group_id(g)!r}")
         _field(g, "slope_bytes_per_pixel", w, "num>=0")
@@ -609,7 +613,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
         _field(c, "calibration", w, "str")
         for f in PLATFORM_KEYS:
             _field(c, f, w, "bool" if f == "tiled" else "str")
-        _check_keys(c, w)
+        _check_keys(c, w, version >= 8 or layered)
         _need(c.get("kernel") in ("conv2d", "conv3d"), f"{w}.kernel", "conv2d or conv3d", c.get("kernel"))
         if c["calibration"] != calibration_id(c, c["kernel"]):
             raise ValueError(f"{w}.calibration {c['calibration']!r} is not its key's id "
@@ -1408,17 +1412,23 @@ class _Plan:
                                  f"bytes; refit it with `vaemem fit` to price slicing")
         self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
         self.group = coef["_index"].get(group_id(key))
-        # half precision on oneDNN without AMX, the architecture measured only on a CPU with AMX tiles: its lines
-        # there, an upper bound (in bf16 the AMX Xeon needs 1.00-1.27x what an AVX512-BF16 EPYC needs at the same
-        # points: benchmarks/cross_rig_check.py), before a transfer from other architectures or the fallback
+        # half precision on oneDNN without AMX, the architecture not measured there but on a CPU with AMX tiles (or
+        # nothing of its class measured there, but on such a CPU): the lines there, an upper bound (in bf16 the AMX
+        # Xeon needs 0.995-1.26x what an AVX512-BF16 EPYC needs at the same points, the 0.995 at HunyuanImage-2.1's
+        # resident floor: benchmarks/cross_rig_check.py), before a transfer on this CPU or the fallback
         self.amx_bound = False
+        kernel = m.get("kernel", "conv2d")
         if backend == "onednn" and dtype != "fp32" and self.group is None and \
                 (self.calib is None or arch not in self.calib["architectures"]):
             amx = {**key, "conv_backend": AMX_BACKEND}
-            calib, group = coef["_calib"].get(calibration_id(amx, m.get("kernel", "conv2d"))), \
-                coef["_index"].get(group_id(amx))
-            if group is not None or (calib is not None and arch in calib["architectures"]):
+            calib, group = coef["_calib"].get(calibration_id(amx, kernel)), coef["_index"].get(group_id(amx))
+            if group is not None or (calib is not None and (arch in calib["architectures"] or self.calib is None)):
                 self.calib, self.group, key, self.amx_bound = calib, group, amx, True
+        # a file of schema 7 or older keys half precision on oneDNN as onednn whatever the CPU had: on a CPU with
+        # AMX its lines price as they did, where none says onednn-amx
+        if backend == AMX_BACKEND and coef["schema_version"] < 8 and self.calib is None and self.group is None:
+            key = {**key, "conv_backend": "onednn"}
+            self.calib, self.group = coef["_calib"].get(calibration_id(key, kernel)), coef["_index"].get(group_id(key))
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
@@ -1926,6 +1936,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
                  else f"{top}'s line, the highest here of the {calib['kernel']} class line of "
                       f"{', '.join(sorted(calib['architectures']))} and their own")
+        if plan.amx_bound:
+            which += f" on {AMX_BACKEND}"
         reason = (f"{m['architecture']} not measured here; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _live_floor_says(chosen, dry, one, single, px, copy) + _line_terms(line, dry, one, single))
         if copy:
@@ -2094,11 +2106,30 @@ def conv_backend(torch: object, device: str = "cpu", dtype: str = "fp32") -> str
         probe = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(dtype)
         if probe and not getattr(torch.ops.mkldnn, probe)():  # type: ignore[attr-defined]
             return "aten"
-        amx = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
-        return AMX_BACKEND if probe and amx is not None and amx() else "onednn"
+        return AMX_BACKEND if probe and _cpu_has_amx(torch) else "onednn"
     if kind in ("mps", "xpu"):
         return kind
     raise ValueError(f"unknown device {device!r}; choose one of: cuda, cpu, mps, xpu")
+
+
+def _cpu_has_amx(torch: object) -> bool:
+    """Whether this CPU has AMX tiles: torch's own probe (``torch.cpu._is_amx_tile_supported``), else Linux's CPU
+    flags (``amx_tile`` in /proc/cpuinfo), else True: where neither can tell, the platform that holds more (a CPU
+    without AMX is then over-reserved, up to 1.26x, never under)."""
+    probe = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
+    if callable(probe):
+        try:
+            return bool(probe())
+        except Exception:  # noqa: BLE001  (a torch build's probe may raise what it likes; the flags still tell)
+            pass
+    try:
+        with open(CPUINFO, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        pass
+    return True
 
 
 def os_key(platform: str | None = None) -> str:

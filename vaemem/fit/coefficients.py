@@ -32,10 +32,11 @@ from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_su
 
 EXCEPTIONS_SCHEMA_VERSION = 1
 QUALITY_BOUND = 1.3  # worst reservation / demand allowed after the margin
-# Rigs whose records say "onednn" for half precision on a CPU with AMX tiles: measured before vaemem.estimate's
-# conv_backend told AMX apart (records of 2026-12-03 before campaign 17; the README names the CPU: a Xeon with
-# AVX512-BF16 and AMX). Their half-precision oneDNN points are keyed as AMX_BACKEND, as a rig records it now.
-AMX_RIGS_BEFORE_KEY = ("xeon-amx-2core",)
+# Rigs whose records say "onednn" for half precision on a CPU with AMX tiles, measured before vaemem.estimate's
+# conv_backend told AMX apart (the README names their CPU: a Xeon with AVX512-BF16 and AMX): rig name -> the UTC
+# time before which a record of it is read so. Their half-precision oneDNN points are keyed as AMX_BACKEND, as a
+# rig records it now; a later "onednn" half-precision record of the name came from a CPU without AMX.
+AMX_RIGS_BEFORE_KEY = {"xeon-amx-2core": "2026-12-03T19:00:00Z", "xeon-amx-2core-plan": "2026-12-03T19:00:00Z"}
 SLOPE_STEP = 0.01  # bytes per pixel
 BASE_STEP = MIB
 FACTOR_STEP = 1e-4  # calibration factors (dimensionless)
@@ -75,9 +76,10 @@ class Dataset:
 
 def record_conv_backend(r: dict[str, Any]) -> str:
     """The conv backend key of a measurement record: its rig's, or :data:`AMX_BACKEND` for a half-precision
-    oneDNN record of a rig in :data:`AMX_RIGS_BEFORE_KEY`."""
+    oneDNN record of a rig in :data:`AMX_RIGS_BEFORE_KEY` made before its time."""
     conv = r["rig"]["conv_backend"]
-    if conv == "onednn" and r["dtype"] != "fp32" and r["rig"]["name"] in AMX_RIGS_BEFORE_KEY:
+    before = AMX_RIGS_BEFORE_KEY.get(r["rig"]["name"])
+    if conv == "onednn" and r["dtype"] != "fp32" and before is not None and r.get("utc_time", "") < before:
         return AMX_BACKEND
     return conv
 
