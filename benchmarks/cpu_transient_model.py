@@ -156,6 +156,12 @@ def main() -> None:
     for (kernel, dop, _), rows in groups.items():
         classes.setdefault((kernel, dop), []).append((statistics.median(r[0] for r in rows),
                                                      statistics.median(r[1] for r in rows)))
+    print_spreads(classes)
+
+
+def print_spreads(classes: dict[tuple, list[tuple[float, float]]]) -> None:
+    """Per class ((kernel, dtype and op)), the spread (max / min) of its architectures' median demand / dry run
+    and demand / model."""
     for (kernel, dop), meds in sorted(classes.items()):
         a, b = [m[0] for m in meds], [m[1] for m in meds]
         print(f"{kernel:8s} {dop:12s} {len(meds)} architectures: dry {max(a) / min(a):.2f}, model "
