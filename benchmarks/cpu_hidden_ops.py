@@ -11,8 +11,8 @@ of what it returned, is what it held beyond its output. Prints, per aten op, its
 its largest output, in MiB.
 
 Found on 2026-12-03 (AMD EPYC, AVX512-BF16, no AMX, torch 2.13.0; 1 min for the three defaults):
-HunyuanImage-2.1's bf16 encode at 512 px, whose demand is 1.85-2.12x its dry run where the other image encoders
-are 1.04-1.37x (the same on the AMX Xeon, 0.996-0.998x, ``benchmarks/cross_rig_check.py``), holds 160 MiB in
+HunyuanImage-2.1's bf16 encode at 512 px, whose demand is 1.85-2.12x its dry run where the other image encoders'
+medians are 1.04-1.27x (the same on the AMX Xeon, 0.996-0.998x, ``benchmarks/cross_rig_check.py``), holds 160 MiB in
 ``aten.mean.dim`` beyond a 32 MiB output: the channel-group mean of its downsampling shortcuts reduces a bf16 input
 through an fp32 copy. In fp32 the mean holds nothing and the most is a convolution's, 128 MiB (its output's
 reorder), as in every architecture. SD1.5's bf16 encode, which has no such mean, holds at most its convolutions'

@@ -4,10 +4,10 @@ the committed coefficient file's reservation / demand at each: how an app on eit
 
     python benchmarks/cross_rig_check.py
 
-On 2026-12-03 (campaign 17, ``measurements/sweeps/cpu17-1-cross-rig.toml``: 38 runs on an AMD EPYC with
-AVX512-BF16 and no AMX, of points the Xeon with AMX or the AVX2 EPYC had measured): fp32 demand agrees within
-1.6 % (0.985-1.016x: LTX's convolution transients step at the same sizes on all three CPUs), as SD1.5's fp32 points
-did between the AVX2 EPYC and the Xeon (0.3 %). bf16 does not: without AMX, SD1.5, FLUX.1 and CogView4 need
+On 2026-12-03 (campaign 17, ``measurements/sweeps/cpu17-1-cross-rig.toml``: 38 runs on an AMD EPYC with AVX512-BF16
+and no AMX, of points the Xeon with AMX or the AVX2 EPYC had measured): fp32 demand agrees within 1.5 %
+(0.985-1.007x: LTX's convolution transients step at the same sizes on both EPYCs and on the Xeon), as SD1.5's fp32
+points did between the AVX2 EPYC and the Xeon (0.3 %). bf16 does not: without AMX, SD1.5, FLUX.1 and CogView4 need
 0.79-0.88x the Xeon's demand (oneDNN's AMX kernels hold more), HunyuanImage-2.1's decode 0.81x above its resident
 floor, HunyuanVideo and Wan 2.1 0.89-0.97x, and HunyuanImage-2.1's encode the same (0.996-0.998x), its excess over
 the dry run not being in its convolutions (``benchmarks/cpu_hidden_ops.py``). Before the half-precision key split

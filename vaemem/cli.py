@@ -719,8 +719,9 @@ def estimate_cmd(
                                                "to --dtype to run (adds the cast term): fp16, bf16, fp32"),
     cast: str = typer.Option("model", help="which weights were cast: model (the whole VAE) or op (only the half "
                              "the op runs)"),
-    backend: Optional[str] = typer.Option(None, help="conv backend: cudnn, miopen, onednn, onednn-amx (half precision on a CPU with AMX), aten, mps, xpu "
-                                          "(default: this machine's, detected through torch)"),
+    backend: Optional[str] = typer.Option(None, help="conv backend: cudnn, miopen, onednn, onednn-amx (half "
+                                          "precision on a CPU with AMX), aten, mps, xpu (default: this machine's, "
+                                          "detected through torch)"),
     allocator: Optional[str] = typer.Option(None, help="allocator: native, cudaMallocAsync, expandable, "
                                             "expandable-off, glibc, glibc-fixed, system (default: this process's)"),
     os_: Optional[str] = typer.Option(None, "--os", help="linux, windows, darwin (default: this machine's)"),

@@ -109,7 +109,7 @@ ONEDNN_MIN_ELEMENTS = 20480
 # 344 MiB by the rule, 361 MiB of live tensors).
 FALLBACK_MIN_DRY_FACTOR = 1.5
 # A calibration line never reserves less than this x the dry-run peak: a measured demand is never below the live
-# tensors the dry run counts (1.005-82x them at the 792 points of the CPU rigs with a dry run; on a GPU the
+# tensors the dry run counts (1.005-82x them at the 830 points of the CPU rigs with a dry run; on a GPU the
 # allocator's peak holds them), and 1.05 is the fit's margin. Why: a line fitted where one convolution's transient
 # sets the demand learns next to nothing per dry-run byte (HunyuanVideo 1.5's fp32 decode: 0.023 x dry run + its
 # 1728 MiB weight copies, over 8 points of at most 1.6 GiB of live tensors), and priced a 1024x1024 x 17-frame
