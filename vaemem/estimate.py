@@ -125,7 +125,7 @@ ALLOCATORS = ("native", "cudaMallocAsync", "expandable", "expandable-off", "glib
 OSES = ("linux", "windows", "darwin")
 CPU_BACKENDS = ("onednn", "onednn-amx", "aten")
 # oneDNN's half-precision kernels on a CPU with AMX tiles hold more than on one without: SD1.5, FLUX.1 and CogView4
-# bf16 need 1.14-1.26x on the AMX Xeon what they need on an AVX512-BF16 EPYC (fp32 agrees within 1.6 %:
+# bf16 need 1.14-1.26x on the AMX Xeon what they need on an AVX512-BF16 EPYC (fp32 agrees within 1.5 %:
 # benchmarks/cross_rig_check.py), so half precision there is a platform of its own (:func:`conv_backend`)
 AMX_BACKEND = "onednn-amx"
 CPUINFO = "/proc/cpuinfo"  # Linux's CPU flags, where torch has no AMX probe (:func:`_cpu_has_amx`)
