@@ -1410,25 +1410,24 @@ class _Plan:
             if s is not None and (self.out is None or not self.out[6]):
                 raise ValueError(f"this coefficient file's structure of {model} {op} {dtype} carries no output "
                                  f"bytes; refit it with `vaemem fit` to price slicing")
-        self.calib = coef["_calib"].get(calibration_id(key, m.get("kernel", "conv2d")))
-        self.group = coef["_index"].get(group_id(key))
+        kernel = m.get("kernel", "conv2d")
+        self.calib, self.group = _lines(coef, key, kernel)
         # half precision on oneDNN without AMX, the architecture not measured there but on a CPU with AMX tiles (or
         # nothing of its class measured there, but on such a CPU): the lines there, an upper bound (in bf16 the AMX
         # Xeon needs 0.995-1.26x what an AVX512-BF16 EPYC needs at the same points, the 0.995 at HunyuanImage-2.1's
         # resident floor: benchmarks/cross_rig_check.py), before a transfer on this CPU or the fallback
         self.amx_bound = False
-        kernel = m.get("kernel", "conv2d")
         if backend == "onednn" and dtype != "fp32" and self.group is None and \
                 (self.calib is None or arch not in self.calib["architectures"]):
             amx = {**key, "conv_backend": AMX_BACKEND}
-            calib, group = coef["_calib"].get(calibration_id(amx, kernel)), coef["_index"].get(group_id(amx))
+            calib, group = _lines(coef, amx, kernel)
             if group is not None or (calib is not None and (arch in calib["architectures"] or self.calib is None)):
                 self.calib, self.group, key, self.amx_bound = calib, group, amx, True
         # a file of schema 7 or older keys half precision on oneDNN as onednn whatever the CPU had: on a CPU with
         # AMX its lines price as they did, where none says onednn-amx
         if backend == AMX_BACKEND and coef["schema_version"] < 8 and self.calib is None and self.group is None:
             key = {**key, "conv_backend": "onednn"}
-            self.calib, self.group = coef["_calib"].get(calibration_id(key, kernel)), coef["_index"].get(group_id(key))
+            self.calib, self.group = _lines(coef, key, kernel)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
@@ -1561,9 +1560,9 @@ class _Plan:
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
             if self.own is not None:
-                line = _line_bytes(self.own, dry, one, self.arch_video and f == 1, w * h, copy)
-                env = int(max(line, LIVE_FLOOR_FACTOR * dry))
-                return env + self.cast_bytes, env, dry, 0, "floored" if line < env else "", 0.0, one
+                v, floored = _floored(self.own, dry, one, self.arch_video and f == 1, w * h, copy)
+                env = int(v)
+                return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, dry, one, self.arch_video and f == 1, w * h, copy)[0])
             whole = self._whole(w, h, b, f, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
@@ -1620,6 +1619,12 @@ class _Plan:
             side_w = side_h = t * (cs[7] if cs is not None and cs[0] else 1)  # type: ignore[operator]
         terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
         return int(structure_eval(ac, side_w, side_h, b, f, None, terms))  # type: ignore[arg-type]
+
+
+def _lines(coef: dict, key: dict, kernel: str) -> tuple[dict | None, dict | None]:
+    """(the calibration of ``key``'s platform and ``kernel`` class, the pixel-line group of ``key``), None where the
+    file has none."""
+    return coef["_calib"].get(calibration_id(key, kernel)), coef["_index"].get(group_id(key))
 
 
 def _untiled_bound(coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1725,8 +1730,16 @@ def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, fram
     the larger of the two lines. Never below :data:`LIVE_FLOOR_FACTOR` x ``dry`` (``live_floor=False``: the line
     itself, as the fit compares lines). The one evaluation of the line: the fit, the reports and the pricing all
     call it."""
-    line = _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes)
-    return max(line, LIVE_FLOOR_FACTOR * dry) if live_floor else line
+    if not live_floor:
+        return _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes)
+    return _floored(c, dry, dry1, single_frame, frame_pixels, copy_bytes)[0]
+
+
+def _floored(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
+             copy_bytes: float) -> tuple[float, bool]:
+    """(:func:`calibration_bytes`, whether :data:`LIVE_FLOOR_FACTOR` x ``dry`` set it rather than the line)."""
+    line, floor = _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes), LIVE_FLOOR_FACTOR * dry
+    return (floor, True) if line < floor else (line, False)
 
 
 def _line_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
@@ -1987,7 +2000,7 @@ def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, fr
                      copy_bytes: float) -> str:
     """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the dry-run peak sets the price ('' where the line
     does)."""
-    if LIVE_FLOOR_FACTOR * dry <= _line_bytes(line, dry, dry1, single_frame, frame_pixels, copy_bytes):
+    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes)[1]:
         return ""
     return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (never less than the live tensors, "
             f"with the margin), above ")
