@@ -38,6 +38,9 @@ def test_dry_run_equals_the_same_accounting_on_real_tensors(name, op):
     assert fake.peak_module == real.peak_module
     # on the meta device SDPA would take the math path, with its score matrix: the dry run takes the CPU's kernel
     assert fake.attention_peak_bytes == real.attention_peak_bytes
+    # oneDNN's buffers are counted alike, where no call was replayed (a replay does not see its ops)
+    assert fake.onednn_peak_bytes == real.onednn_peak_bytes >= real.peak_bytes if not fake.replayed_calls \
+        else fake.onednn_peak_bytes is None
 
 
 @pytest.mark.parametrize("spec", [
@@ -277,6 +280,31 @@ def test_a_config_diffusers_cannot_build_is_one_line(tmp_path, config, message):
     assert message in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("dtype,copies", [("fp32", 1), ("bf16", 2)])
+def test_onednn_peak_adds_each_ops_buffer_only_while_it_runs(dtype, copies):
+    """Known answer on real tensors: a convolution holds its output's reorder (once in fp32, twice in half
+    precision) while it runs, a half-precision mean an fp32 copy of its input and result; the plain peak counts
+    neither, and a buffer is gone when its op returns (the later, larger tensor alone sets neither peak)."""
+    import torch
+
+    from vaemem.tracing.counter import LiveBytes
+
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    x, w = torch.randn(1, 4, 16, 16, dtype=dt), torch.randn(8, 4, 3, 3, dtype=dt)
+    size = torch.finfo(dt).bits // 8
+    with LiveBytes() as c:
+        c.exclude([x, w])
+        y = torch.nn.functional.conv2d(x, w, padding=1)  # 8 x 16 x 16 elements
+        conv = 8 * 16 * 16 * size
+        assert (c.peak, c.onednn_peak) == (conv, conv + copies * conv)
+        m = y.mean(dim=(2, 3), keepdim=True)  # 8 elements out
+        held = 4 * (y.numel() + m.numel()) if dtype == "bf16" else 0
+        assert c.onednn_peak == max(conv + copies * conv, conv + m.untyped_storage().nbytes() + held)
+        z = torch.zeros(2 * (conv + copies * conv + held) // size, dtype=dt)  # no op buffer: both peaks alike
+        assert c.onednn_peak == c.peak == c.current
+    del y, m, z
+
+
 def test_cache_records_verifies_and_refuses_tampering(tmp_path):
     path = tmp_path / "traces.json"
     results = [trace(_spec("tiny-kl", op)) for op in ("decode", "encode")]
@@ -320,6 +348,24 @@ def test_an_entry_is_complete_exactly_when_it_holds_this_vaemems_records(tmp_pat
     fp32["conv_inputs"] = [list(results[0].conv_inputs[0])] * 2  # one weight shape twice
     path.write_text(tc.dumps(doc))
     with pytest.raises(VaememError, match="two records of one convolution weight shape"):
+        tc.read_cache(path)
+
+
+def test_an_image_architectures_untiled_entries_keep_their_onednn_peak(tmp_path):
+    """The untiled, unsliced entries of an image architecture record ``onednn_peak_bytes`` (an entry without it is
+    incomplete, re-run on resume); tiled and video entries do not; a value below the plain peak is refused."""
+    path = tmp_path / "traces.json"
+    specs = [_spec("tiny-kl", "decode"), _spec("tiny-kl", "decode", width=128, height=96, tile=32),
+             _spec("tiny-wan", "decode")]
+    doc = tc.record(path, [trace(s) for s in specs])
+    untiled, tiled, video = (doc["entries"][s.key] for s in specs)
+    assert untiled["onednn_peak_bytes"] > untiled["peak_bytes"]
+    assert "onednn_peak_bytes" not in tiled and "onednn_peak_bytes" not in video
+    assert tc.incomplete(doc) == []
+    assert not tc.complete({k: v for k, v in untiled.items() if k != "onednn_peak_bytes"})
+    untiled["onednn_peak_bytes"] = untiled["peak_bytes"] - 1
+    path.write_text(tc.dumps(doc))
+    with pytest.raises(VaememError, match="onednn_peak_bytes must be an integer at least its peak_bytes"):
         tc.read_cache(path)
 
 

@@ -330,10 +330,13 @@ def trace(
         return
     from rich.table import Table
 
-    table = Table("point", "peak MiB", "output MiB", "input MiB", "attention MiB", "peak in", "replayed", "s",
+    table = Table("point", "peak MiB", "oneDNN MiB", "output MiB", "input MiB", "attention MiB", "peak in",
+                  "replayed", "s",
                   title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})")
     for r in results:
-        table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}", f"{r.output_bytes / MIB:.1f}",
+        table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}",
+                      "-" if r.onednn_peak_bytes is None else f"{r.onednn_peak_bytes / MIB:.1f}",
+                      f"{r.output_bytes / MIB:.1f}",
                       f"{r.input_bytes / MIB:.1f}", f"{r.attention_peak_bytes / MIB:.1f}" if r.attention_peak_bytes
                       else "-", r.peak_module, str(r.replayed_calls), f"{r.wall_s:.2f}")
     _console().print(table)

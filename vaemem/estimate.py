@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 8) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 9) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -54,6 +54,12 @@ module runs with its (tokens x tokens) score matrices, quadratic in area (tiled:
 an upper bound). The calibration lines price that peak as they find it: they are fitted over a platform's
 measured points, fused-path ones everywhere and math-path ones where a rig measured them.
 
+On **oneDNN** (``WEIGHT_COPY_BACKENDS``) an image architecture's lines are in its dry run with the buffers oneDNN's
+ops hold while they run (a convolution its output's reorder, once in fp32 and twice in half precision; a
+half-precision mean an fp32 copy of its input), ``onednn_hidden_factor`` x the dry-run peak (its untiled
+structure's, from schema 9: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain
+dry-run peak, the live tensors. A file of schema 8 or older has no such factor: its lines are in the plain dry run.
+
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
 of the whole VAE (``cast="model"``, the default: what ``.to(dtype)`` casts) or of the half the op runs
@@ -87,8 +93,8 @@ from collections.abc import Callable
 # 8: CPU half precision on oneDNN splits by AMX: ``onednn-amx`` where the CPU has AMX tiles (:func:`conv_backend`),
 # a key a reader of 7 does not know; a file of 7 is one of 8 whose half-precision oneDNN lines were all measured
 # on one CPU, labelled ``onednn`` whatever it had (its committed one's: the Xeon's, with AMX).
-SCHEMA_VERSION = 8
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8)
+SCHEMA_VERSION = 9
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -100,6 +106,11 @@ AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors d
 # run sees. Their lines are fitted on demand less each point's transient and price a request with its own added
 # (:func:`conv_transient_bytes`).
 WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
+# On the same backends an op holds buffers beyond its output while it runs (a convolution its output's reorder, a
+# half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an image architecture's dry run
+# with them is a constant multiple of the plain one, its structure's ``onednn_hidden_factor``, and its lines there
+# are in that dry run (:func:`onednn_hidden_factor`). Why: the plain dry run left the image architectures' demand /
+# dry run 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above every other, under a transfer).
 # torch's use_mkldnn: an fp32 convolution of batch 1, groups 1 and a kernel of at most 3 in an inner dim runs on
 # oneDNN only where N x C x its input's next two dims exceed this (else im2col): :func:`conv_transient_elements`
 ONEDNN_MIN_ELEMENTS = 20480
@@ -455,6 +466,9 @@ def _check_structure(s: dict, where: str) -> None:
               f"{len(knots)} non-negative numbers", o)
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
+    if "onednn_hidden_factor" in s:  # oneDNN's buffers at most double the dry run (a half-precision convolution)
+        h = _field(s, "onednn_hidden_factor", where, "num")
+        _need(1 <= h <= 3, f"{where}.onednn_hidden_factor", "a number from 1 to 3", h)
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
         # a law grows with the size (its constant may be below zero: the slopes are rounded up)
@@ -1350,7 +1364,7 @@ class _Plan:
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound")
+                 "amx_bound", "hidden")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1390,7 +1404,7 @@ class _Plan:
         self.uterms: dict = {}  # frames -> frame_terms of its second area piece
         # the math attention path: the dry-run peak is max(fused structure, attention structure); None where the
         # op has no attention module (the math path changes nothing) or the path is fused
-        self.attn, self.attn_terms = None, {}
+        self.attn, self.attn_terms, a = None, {}, None
         if attention == "math":
             if "attention_ops" not in m:
                 raise ValueError(f"this coefficient file does not say which ops of {model} hold attention; refit "
@@ -1401,6 +1415,8 @@ class _Plan:
                     raise ValueError(f"no math-attention dry-run structure of {model} {op} {dtype} in this "
                                      f"coefficient file: the math attention path's score matrices cannot be priced")
                 self.attn = compile_structure(a)
+        # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor)
+        self.hidden = onednn_hidden_factor(backend, s, a)
         # slicing (diffusers' enable_slicing, one sample at a time): the peak of one sample plus the outputs of the
         # samples before it, exact in dry runs; the output's bytes per pixel come from the untiled structure
         self.out = None
@@ -1559,11 +1575,12 @@ class _Plan:
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
+            k = self.hidden
             if self.own is not None:
-                v, floored = _floored(self.own, dry, one, self.arch_video and f == 1, w * h, copy)
+                v, floored = _floored(self.own, k * dry, k * one, self.arch_video and f == 1, w * h, copy, dry)
                 env = int(v)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
-            env = int(transfer_bytes(self.calib, dry, one, self.arch_video and f == 1, w * h, copy)[0])
+            env = int(transfer_bytes(self.calib, k * dry, k * one, self.arch_video and f == 1, w * h, copy, dry)[0])
             whole = self._whole(w, h, b, f, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
@@ -1719,26 +1736,38 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
                      width, height, batch, frames, tile)[0]
 
 
+def onednn_hidden_factor(backend: str, *structures: dict | None) -> float:
+    """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
+    the largest ``onednn_hidden_factor`` of the request's ``structures`` (untiled, and the math path's) on a oneDNN
+    backend, else 1 (other backends, tiles and video: not modelled; a file of schema 8 or older: none)."""
+    if backend not in WEIGHT_COPY_BACKENDS:
+        return 1.0
+    return max([1.0] + [s["onednn_hidden_factor"] for s in structures if s and "onednn_hidden_factor" in s])
+
+
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                      copy_bytes: float = 0, live_floor: bool = True) -> float:
+                      copy_bytes: float = 0, live_floor: bool = True, live: float | None = None) -> float:
     """A calibration line at a dry-run peak ``dry`` (``dry1``: of one sample; ``single_frame``: a one-frame clip of
     a video architecture; ``frame_pixels``: width x height; ``copy_bytes``: the request's convolution transient
     (:func:`conv_transient_bytes`), which a line with ``weight_copy_factor`` adds, beyond its
     ``transient_seen_bytes`` where it has them: a line fitted on the whole demand has priced the transients its
     points held). Below the line's domain (``domain_min_frame_pixels``)
     the line of the points measured there (``small``) prices instead, up to their largest dry-run peak, and past it
-    the larger of the two lines. Never below :data:`LIVE_FLOOR_FACTOR` x ``dry`` (``live_floor=False``: the line
-    itself, as the fit compares lines). The one evaluation of the line: the fit, the reports and the pricing all
-    call it."""
+    the larger of the two lines. Never below :data:`LIVE_FLOOR_FACTOR` x ``live``, the live tensors' dry-run
+    peak where ``dry`` is the oneDNN one (:func:`onednn_hidden_factor`), else ``dry`` (``live_floor=False``: the
+    line itself, as the fit compares lines). The one evaluation of the line: the fit, the reports and the pricing
+    all call it."""
     if not live_floor:
         return _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes)
-    return _floored(c, dry, dry1, single_frame, frame_pixels, copy_bytes)[0]
+    return _floored(c, dry, dry1, single_frame, frame_pixels, copy_bytes, live)[0]
 
 
 def _floored(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-             copy_bytes: float) -> tuple[float, bool]:
-    """(:func:`calibration_bytes`, whether :data:`LIVE_FLOOR_FACTOR` x ``dry`` set it rather than the line)."""
-    line, floor = _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes), LIVE_FLOOR_FACTOR * dry
+             copy_bytes: float, live: float | None = None) -> tuple[float, bool]:
+    """(:func:`calibration_bytes`, whether :data:`LIVE_FLOOR_FACTOR` x the live tensors set it rather than the
+    line)."""
+    line = _line_bytes(c, dry, dry1, single_frame, frame_pixels, copy_bytes)
+    floor = LIVE_FLOOR_FACTOR * (dry if live is None else live)
     return (floor, True) if line < floor else (line, False)
 
 
@@ -1750,7 +1779,7 @@ def _line_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixe
 
 
 def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                   copy_bytes: float = 0) -> tuple[float, str]:
+                   copy_bytes: float = 0, live: float | None = None) -> tuple[float, str]:
     """A transfer's price (the arguments of :func:`calibration_bytes`) to an architecture calibration ``calib``
     never measured, and which line set it (``"class"`` or an architecture): the highest of the class line, pooled
     over its architectures' points, and each architecture's ``transfer_lines`` entry (its points' envelope, less
@@ -1760,7 +1789,7 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     covers what lies between them. A file of schema 6 has no ``transfer_lines``: its class line alone."""
     moved = calib.get("transfer_lines", {})
     return max(((calibration_bytes(calib["class"] if a == "class" else moved[a], dry, dry1, single_frame,
-                                   frame_pixels, copy_bytes), a) for a in ("class", *sorted(moved))),
+                                   frame_pixels, copy_bytes, live=live), a) for a in ("class", *sorted(moved))),
                key=lambda t: t[0])
 
 
@@ -1907,6 +1936,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      f") from {loaded_dtype} to {dtype}")
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
+        live, dry, one = dry, plan.hidden * dry, plan.hidden * one  # the lines are in oneDNN's dry run (hidden)
+        hidden = (f"; its dry-run peak, {live / MIB:.0f} MiB, x {plan.hidden:.4g} for the buffers oneDNN's ops hold "
+                  f"while they run" if plan.hidden != 1 else "")
         if own is not None:
             line = _line_at(own, dry, one, plan.arch_video and int(frames) == 1,
                             int(width) * int(height))[0]
@@ -1919,7 +1951,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
             reason = (f"its own line on {on} ({own['n_points']} points{where}): "
-                      + _live_floor_says(own, dry, one, single, int(width) * int(height), copy)
+                      + _live_floor_says(own, dry, one, single, int(width) * int(height), copy, live)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
@@ -1932,16 +1964,16 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 reason += f" + {own['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB"
             if dry > line["dry_bytes_max"]:
                 reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
-            return Estimate(total, "measured", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0,
-                            pixels)
+            return Estimate(total, "measured", calib["calibration"], reason + hidden + cast_note, env,
+                            plan.cast_bytes, 0, pixels)
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
-                            + _capped_says(plan, dry) + cast_note, env, plan.cast_bytes, 0, pixels)
+                            + _capped_says(plan, live) + cast_note, env, plan.cast_bytes, 0, pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
         # the line that set the price: the class line, or one architecture's where it reserves more
-        top = transfer_bytes(calib, dry, one, single, px, copy)[1]
+        top = transfer_bytes(calib, dry, one, single, px, copy, live)[1]
         chosen = calib["class"] if top == "class" else calib["transfer_lines"][top]
         line = _line_at(chosen, dry, one, single, px)[0]
         below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
@@ -1952,13 +1984,14 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         if plan.amx_bound:
             which += f" on {AMX_BACKEND}"
         reason = (f"{m['architecture']} not measured here; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _live_floor_says(chosen, dry, one, single, px, copy) + _line_terms(line, dry, one, single))
+                  + _live_floor_says(chosen, dry, one, single, px, copy, live) + _line_terms(line, dry, one, single))
         if copy:
             reason += (f" + {chosen['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
                        f"{copy / MIB:.0f} MiB")
         if dry > chosen["dry_bytes_max"]:
             reason += f", {dry / chosen['dry_bytes_max']:.1f}x beyond that line's largest measured dry-run peak"
-        return Estimate(total, "transfer", calib["calibration"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
+        return Estimate(total, "transfer", calib["calibration"], reason + hidden + cast_note, env, plan.cast_bytes, 0,
+                        pixels)
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
@@ -1997,12 +2030,12 @@ def _capped_says(plan: _Plan, dry: float) -> str:
 
 
 def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                     copy_bytes: float) -> str:
-    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the dry-run peak sets the price ('' where the line
-    does)."""
-    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes)[1]:
+                     copy_bytes: float, live: float) -> str:
+    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live`` sets the price
+    ('' where the line does)."""
+    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, live)[1]:
         return ""
-    return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (never less than the live tensors, "
+    return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {live / MIB:.0f} MiB (never less than the live tensors, "
             f"with the margin), above ")
 
 

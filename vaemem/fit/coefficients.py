@@ -315,6 +315,25 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
+def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> float:
+    """The factor from a measured point's dry-run peak to the one its platform's lines are in
+    (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run)."""
+    from vaemem import estimate as est
+
+    arch, op, dtype = key["architecture"], key["op"], key["dtype"]
+    math_path = point.get("attention", "fused") == "math"
+    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype,
+                                                                                         bool(point["tile"]))),
+                                    structures.get(est.structure_key(arch, op, dtype, False, "math"))
+                                    if math_path else None)
+
+
+def _live(r: tuple) -> float:
+    """A calibration row's live tensors' dry-run peak (its seventh field; the first where the row has none): what
+    :data:`vaemem.estimate.LIVE_FLOOR_FACTOR` is of, where the first is oneDNN's dry run."""
+    return r[6] if len(r) > 6 else r[0]
+
+
 # The calibration line's domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -326,7 +345,7 @@ DOMAIN_MIN_FRAME_PIXELS = 128 * 96
 def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
                      weight_copy: bool = False) -> dict[str, Any]:
     """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels[, weight
-    copy bytes]) rows:
+    copy bytes[, live tensors' dry run]]) rows (dry: the dry run the platform's lines are in, :func:`hidden_of`):
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
     one-frame clip)``, x (1 + margin), rounded up, fitted on the rows of the domain
     (:data:`DOMAIN_MIN_FRAME_PIXELS`); the rows below it get the same envelope of their own in ``small``, which
@@ -353,8 +372,8 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     if weight_copy:
         line["weight_copy_factor"] = round(1 + margin, 6)
     dry = [r[0] for r in rows]
-    ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0) / r[2]
-              for r in rows]
+    ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, live=_live(r))
+              / r[2] for r in rows]
     return {**line, "n_points": len(rows), "n_points_below_domain": len(below) if split else 0,
             "worst_ratio": round(max(ratios), 4), "median_ratio": round(statistics.median(ratios), 4),
             "dry_bytes_max": int(max(dry))}
@@ -386,7 +405,7 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy
     copy = (lambda r: r[5]) if weight_copy else (lambda r: 0)  # noqa: E731  (the copy each row's line adds)
 
     def score(line: dict[str, Any]) -> float:
-        return sum(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r)) / r[2] for r in rows)
+        return sum(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r), live=_live(r)) / r[2] for r in rows)
 
     order = sorted(rows, key=lambda r: r[0])
     best_score = score(best)
@@ -401,9 +420,11 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy
         if weight_copy:
             line["weight_copy_factor"] = round(1 + margin, 6)
         low = [r[2] - copy(r) for r in order[:k]]  # the floor is of what the copy leaves, as the line is
-        first, last = (calibration_bytes(line, r[0], r[1], bool(r[3]), r[4]) for r in (order[0], order[k - 1]))
+        first, last = (calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], live=_live(r))
+                       for r in (order[0], order[k - 1]))
         flat = k >= 2 and max(low) <= FLOOR_FLAT * min(low) and last >= FLOOR_LINE_RISE * first
-        if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r)) >= FLOOR_NEEDED * r[2]
+        if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r), live=_live(r))
+                            >= FLOOR_NEEDED * r[2]
                             for r in order[:k]):
             continue  # the line alone nearly covers them and their demand is not flat: no evidence of a floor
         line["floor_bytes"] = int(ceil_step(max(low) * (1 + margin), BASE_STEP))
@@ -470,12 +491,13 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
             d = dry_of(p.point, key, structures)
             if d is None:
                 continue
+            k = hidden_of(p.point, key, structures)
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
             single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
             entry[2].setdefault(key["architecture"], []).append(
-                (d[0], d[1], p.demand_bytes, single, p.point["width"] * p.point["height"],
-                 transient_bytes(p.point, key, structures)))
+                (k * d[0], k * d[1], p.demand_bytes, single, p.point["width"] * p.point["height"],
+                 transient_bytes(p.point, key, structures), d[0]))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
@@ -549,8 +571,8 @@ def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float,
             continue
         calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy),
                  "transfer_lines": {b: ln for b, ln in lines.items() if b != a}}
-        ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0)[0] / r[2]
-                  for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
+        ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, _live(r))[0]
+                  / r[2] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
         if ratios:
             out[a] = ratios
     return out

@@ -16,8 +16,8 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, transient_bytes, dry_of, held_out_ratios, \
-    own_line, request_of
+from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, dry_of, held_out_ratios, hidden_of, own_line, \
+    request_of, transient_bytes
 from vaemem.models.zoo import get_spec
 from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES, apps_bytes
 
@@ -31,33 +31,35 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
-    pixels, weight copy bytes)."""
+    pixels, weight copy bytes, the live tensors' dry run): the dry runs are those the platform's lines are in
+    (:func:`vaemem.fit.coefficients.hidden_of`: on oneDNN with the buffers its ops hold)."""
     out: dict[str, list[tuple]] = {}
     for gid, (key, pts) in sorted(data.groups.items()):
         kernel = get_spec(pts[0].point["model"]).kernel
         for p in pts:
             d = dry_of(p.point, key, structures)
             if d is not None:
+                k = hidden_of(p.point, key, structures)
                 single = get_spec(get_spec(p.point["model"]).architecture).is_video and p.point["frames"] == 1
                 out.setdefault(estimate.calibration_id(key, kernel), []).append(
-                    (key["architecture"], gid, p, d[0], d[1], p.demand_bytes, single,
-                     p.point["width"] * p.point["height"], transient_bytes(p.point, key, structures)))
+                    (key["architecture"], gid, p, k * d[0], k * d[1], p.demand_bytes, single,
+                     p.point["width"] * p.point["height"], transient_bytes(p.point, key, structures), d[0]))
     return out
 
 
 def dry_ratios(data: Dataset, structures: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per group: min / median / max of measured demand / dry-run peak."""
+    """Per group: min / median / max of measured demand / dry-run peak (of the live tensors)."""
     rows: dict[str, list[float]] = {}
     for entries in _points(data, structures).values():
         for e in entries:
-            rows.setdefault(e[1], []).append(e[5] / e[3])
+            rows.setdefault(e[1], []).append(e[5] / e[9])
     return {gid: _stats(r) for gid, r in sorted(rows.items())}
 
 
 def _price(line: dict[str, Any], e: tuple) -> float:
     """A calibration line at the point of entry ``e`` (architecture, group, point, dry, dry1, demand, single, frame
-    pixels, weight copy: a line with ``weight_copy_factor`` adds it)."""
-    return estimate.calibration_bytes(line, e[3], e[4], e[6], e[7], e[8])
+    pixels, weight copy: a line with ``weight_copy_factor`` adds it, live tensors' dry run)."""
+    return estimate.calibration_bytes(line, e[3], e[4], e[6], e[7], e[8], live=e[9])
 
 
 def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
@@ -76,7 +78,7 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
                 continue
             ratios, inside = [], []
             for left in sizes:
-                train = [(e[3], e[4], e[5], e[6], e[7], e[8]) for e in rows if size(e) != left]
+                train = [(e[3], e[4], e[5], e[6], e[7], e[8], e[9]) for e in rows if size(e) != left]
                 if len({t[0] for t in train}) < 2:
                     continue
                 line = own_line(train, margin, copies)
@@ -104,7 +106,7 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
     for cid, entries in sorted(_points(data, structures).items()):
         per_arch: dict[str, list[tuple]] = {}
         for e in entries:
-            per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7], e[8]))
+            per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7], e[8], e[9]))
         if len(per_arch) < 2:
             continue
         # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
@@ -250,9 +252,10 @@ def markdown(s: dict[str, Any]) -> str:
             "their class line and each one's line)\n",
             f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
             f"{s['goal']['loao_listed_above']}. Points in the calibration domain. Demand / dry run: the medians "
-            f"over the domain's points (over all its points where none is in it), its own and the others' range; "
-            f"a listed architecture's reason is there: on this CPU the factor is not one number per kernel class (README, \"Why the architectures of a "
-            f"class disagree\").\n",
+            f"over the domain's points (over all its points where none is in it), its own and the others' range, "
+            f"of the dry run the lines are in (on oneDNN an image architecture's with the buffers its ops hold, "
+            f"onednn_hidden_factor x the plain one); a listed architecture's reason is there (README, \"Why the "
+            f"architectures of a class disagree\").\n",
             "| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
             "|---|---|---|---|---|---|---|"]
     out += [f"| {r['calibration']} | {r['architecture']} | {', '.join(r['trained_on'])} | {_f(r)} | "

@@ -13,7 +13,9 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                 "conv_inputs": [[weight elements, rank, in channels, kernel volume,
                                                                  elements, always, columns, channels-last,
                                                                  fewest elements, their columns], ...]
-                                                (fp32, untiled, fused entries)}}}
+                                                (fp32, untiled, fused entries),
+                                                "onednn_peak_bytes": N (untiled unsliced entries of the
+                                                image architectures)}}}
 """
 
 from __future__ import annotations
@@ -44,11 +46,23 @@ def keeps_conv_inputs(spec: TraceSpec) -> bool:
     return spec.dtype == "fp32" and spec.tile is None and spec.attention == "fused"
 
 
+def keeps_onednn_peak(spec: TraceSpec) -> bool:
+    """Whether an entry of ``spec`` records its ``onednn_peak_bytes``: the untiled, unsliced dry runs of the image
+    architectures (conv2d), whose oneDNN buffers are a constant share of the peak
+    (:func:`vaemem.tracing.structure.derive`); a video architecture's share changes with the clip, not modelled."""
+    from vaemem.models.zoo import get_spec
+
+    return spec.tile is None and not spec.slicing and get_spec(spec.model).kernel == "conv2d"
+
+
 def complete(entry: dict[str, Any]) -> bool:
     """Whether a cached entry holds every field this vaemem records for it (a resumed ``trace --zoo`` re-runs
     the others)."""
+    spec = TraceSpec.from_dict(entry["spec"])
+    if keeps_onednn_peak(spec) and "onednn_peak_bytes" not in entry:
+        return False
     return all(len(c) == CONV_INPUT_FIELDS for c in entry.get("conv_inputs", [[]])) if keeps_conv_inputs(
-        TraceSpec.from_dict(entry["spec"])) else True
+        spec) else True
 
 
 def incomplete(doc: dict[str, Any]) -> list[str]:
@@ -120,6 +134,9 @@ def read_cache(path: str | Path) -> dict[str, Any]:
             raise VaememError(f"{path}: entry {key}: conv_inputs holds two records of one convolution weight shape")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
+        hidden = e.get("onednn_peak_bytes", e["peak_bytes"])
+        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < e["peak_bytes"]:
+            raise VaememError(f"{path}: entry {key}: onednn_peak_bytes must be an integer at least its peak_bytes")
         try:
             spec = TraceSpec.from_dict(e["spec"])
         except TypeError as err:
@@ -162,6 +179,8 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["split_convs"] = [list(c) for c in r.split_convs]
         if keeps_conv_inputs(r.spec):
             doc["entries"][r.spec.key]["conv_inputs"] = [list(c) for c in r.conv_inputs]
+        if keeps_onednn_peak(r.spec) and r.onednn_peak_bytes is not None:
+            doc["entries"][r.spec.key]["onednn_peak_bytes"] = r.onednn_peak_bytes
     write_atomic(path, dumps(doc))
     return doc
 

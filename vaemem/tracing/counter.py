@@ -17,6 +17,9 @@ clause that ignores the size holds (groups > 1, a kernel larger than 3 in both i
 elements of the im2col buffer torch's own path would hold: where oneDNN runs a convolution it holds a reordered
 copy of the weight, where it does not the buffer, and no dry run sees either
 (``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
+
+And ``onednn_peak``: the peak with, while each op runs, the buffers a CPU op on oneDNN holds beyond its output
+and no tensor shows (:func:`onednn_hidden_bytes`): the dry run's CPU variant.
 On the meta device (``cpu_strides``) it gives 5-D convolutions' and pads' outputs the strides the CPU gives them
 (:func:`_as_on_cpu`), so that format is followed as the CPU follows it.
 """
@@ -33,6 +36,8 @@ from torch.utils._pytree import tree_flatten
 
 
 _CONVOLUTION = torch.ops.aten.convolution.default
+_MEAN = torch.ops.aten.mean.dim
+_HALF = (torch.bfloat16, torch.float16)
 
 
 _FAKE_CPU: Any = None  # one FakeTensorMode for every convolution's stride question (made on first use)
@@ -117,6 +122,19 @@ def conv_call(args: Any, out: Any) -> tuple[int, int, int, int]:
     return n, always, columns, last
 
 
+def onednn_hidden_bytes(func: Any, args: Any, out: Any) -> int:
+    """Bytes one aten op holds on a CPU's oneDNN beyond the live tensors while it runs, measured op by op
+    (``benchmarks/cpu_hidden_ops.py``, torch 2.13, AVX512 CPUs): a convolution its output's reorder, once in fp32
+    (SD1.5's decoder at 512 px: 258 MiB beyond a 256 MiB output) and twice in half precision (256 beyond 128);
+    a half-precision ``aten.mean.dim`` an fp32 copy of its input and result (HunyuanImage-2.1's encoder at 512 px:
+    160 MiB beyond a 32 MiB output). The weight's reorder is left to ``conv_transient_bytes``, which prices it."""
+    if func is _CONVOLUTION:
+        return (1 if out.dtype == torch.float32 else 2) * out.numel() * out.element_size()
+    if func is _MEAN and args[0].dtype in _HALF:
+        return 4 * (args[0].numel() + out.numel())
+    return 0
+
+
 class LiveBytes(TorchDispatchMode):
     """Peak of live tensor bytes while active; ``where`` is the module stack at the peak."""
 
@@ -131,6 +149,9 @@ class LiveBytes(TorchDispatchMode):
         self.peak = 0
         self.where = ""
         self.attention_peak = 0  # peak while inside an attention module (0: none ran)
+        # the peak with each op's oneDNN buffers while it runs (onednn_hidden_bytes); a replayed call's ops are
+        # not seen, so a dry run with replays has none
+        self.onednn_peak = 0
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
@@ -197,6 +218,8 @@ class LiveBytes(TorchDispatchMode):
         if self.current > self.peak:
             self.peak = self.current
             self.where = self._stack[-1] if self._stack else "(top level)"
+        if self.current > self.onednn_peak:
+            self.onednn_peak = self.current
         if self._in_attention and self.current > self.attention_peak:
             self.attention_peak = self.current
 
@@ -236,4 +259,8 @@ class LiveBytes(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)
+        if func is _CONVOLUTION or func is _MEAN:
+            hidden = self.current + onednn_hidden_bytes(func, args, out)
+            if hidden > self.onednn_peak:
+                self.onednn_peak = hidden
         return out

@@ -542,7 +542,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
     pixel to 1e-3) so the file is deterministic."""
     spec = get_spec(name)
-    peaks, outputs, splits, modules, convs = {}, {}, {}, {}, {}
+    peaks, outputs, splits, modules, convs, hidden = {}, {}, {}, {}, {}, {}
     value = "attention_peak_bytes" if attention == "math" else "peak_bytes"
     unsplit = spec.info.split_convs and attention == "fused" and not tiled
     whole_clip = tiled and spec.info.temporal_windows is not None
@@ -556,6 +556,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             peaks[k], outputs[k], splits[k] = e[value], e.get("output_bytes"), e.get("split_convs", [])
             modules[k] = e.get("peak_module")
             convs[k] = e.get("conv_inputs")
+            hidden[k] = e["onednn_peak_bytes"] / e["peak_bytes"] if "onednn_peak_bytes" in e else None
             if convs[k] is not None and any(len(c) != CONV_INPUT_FIELDS for c in convs[k]):
                 raise ValueError(f"the dry run {k} of {name} {op} {dtype} holds an older vaemem's conv_inputs: "
                                  f"re-run it (`vaemem trace --zoo --record`)")
@@ -629,6 +630,11 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                         "pad_bytes_per_pixel_frame": _input_bytes_per_pixel_frame(spec, dtype)}
     if not tiled and attention == "fused" and dtype == "fp32" and all(convs[k] is not None for k in wanted):
         out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
+    if not tiled and all(hidden[k] is not None for k in wanted):
+        # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
+        # architecture the same at every size and batch (1.0000-2.0000, to 1e-4, at 64-3072 px; on the math path
+        # 1.12-1.20 as the score matrix leads), so the largest ratio of its grid, rounded up to 1e-4
+        out["onednn_hidden_factor"] = math.ceil(max(hidden[k] for k in wanted) * 1e4 - 1e-6) / 1e4
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)

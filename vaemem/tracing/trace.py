@@ -106,7 +106,9 @@ class TraceResult:
     padding, 1 where a call's input or weight was channels-last, which makes oneDNN's copy two, and the fewest
     elements a call read with that call's buffer: torch decides call by call), the heaviest weight first: where
     oneDNN runs it, it holds a copy of the weight, where it does not, the buffer
-    (:func:`vaemem.estimate.conv_transient_bytes`)."""
+    (:func:`vaemem.estimate.conv_transient_bytes`). ``onednn_peak_bytes``: the peak with, while each op runs, what
+    it holds on a CPU's oneDNN beyond its output (:func:`vaemem.tracing.counter.onednn_hidden_bytes`), None where a
+    call was replayed (its ops unseen)."""
 
     spec: TraceSpec
     peak_bytes: int
@@ -117,6 +119,7 @@ class TraceResult:
     split_convs: tuple[tuple[int, ...], ...]
     conv_inputs: tuple[tuple[int, ...], ...]
     replayed_calls: int
+    onednn_peak_bytes: int | None
     wall_s: float
     torch_version: str
     diffusers_version: str
@@ -559,7 +562,8 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
     return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak),
                        tuple(map(tuple, split_calls)),
                        tuple(sorted(((*ident, *rec) for ident, rec in counter.convs.items()), reverse=True)),
-                       replayed, round(time.perf_counter() - t0, 3), torch.__version__,
+                       replayed, int(counter.onednn_peak) if not replayed else None,
+                       round(time.perf_counter() - t0, 3), torch.__version__,
                        diffusers.__version__)
 
 
