@@ -434,23 +434,25 @@ def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(
         est.validate(claims, "c.json")
 
 
-def test_a_schema_6_layer_prices_transfer_as_its_pool_says(tmp_path):
-    """Layered with the packaged file (schema 7), a schema-6 fit of the same pools (no transfer_lines): the first
-    layer's calibration wins a tie of pools whole, so [6, packaged] prices a transfer by the class line alone, as
-    the schema-6 file does by itself, and [packaged, 6] as the packaged file does."""
-    six = json.loads(PACKAGED.read_text())
-    as_schema(six, 6)
-    for c in six["calibrations"]:
-        del c["transfer_lines"]
-        for line in c["architectures"].values():
-            if line.pop("transient_seen_bytes", None) is not None:
-                line["weight_copy_factor"] = 0.0
-    (tmp_path / "six.json").write_text(json.dumps(six))
+def test_a_layer_older_than_the_onednn_factor_is_refused_beside_a_newer_one(tmp_path):
+    """A file of schema 8 (its oneDNN lines in the plain dry run) layered with the packaged one (schema 9: in the
+    dry run with oneDNN's buffers) would price one side's lines in the other's dry run (the packaged lines on a
+    schema-8 layer's structures: 0.52-1.0x at 512 px): refused either way round, with the cure. Alone it prices, and two
+    layers of one schema layer."""
+    eight = json.loads(PACKAGED.read_text())
+    as_schema(eight, 8)
+    for s in eight["structures"].values():
+        s.pop("onednn_hidden_factor", None)
+    (tmp_path / "eight.json").write_text(json.dumps(eight))
     kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
-    price = {name: est.explain("cogvideox", "decode", 320, 192, coefficients=c, **kw).bytes for name, c in
-             (("six", tmp_path / "six.json"), ("packaged", PACKAGED), ("six first", [tmp_path / "six.json", None]),
-              ("packaged first", [None, tmp_path / "six.json"]))}
-    assert price["six first"] == price["six"] < price["packaged"] == price["packaged first"]
+    for layers in ([tmp_path / "eight.json", None], [None, tmp_path / "eight.json"]):
+        with pytest.raises(ValueError, match=r"coefficients layer \d is of schema 8, another of 9 or newer: .*"
+                                             r"refit the older one with `vaemem fit`"):
+            est.explain("cogvideox", "decode", 320, 192, coefficients=layers, **kw)
+    alone = est.explain("hunyuanvideo", "decode", 320, 192, coefficients=tmp_path / "eight.json", **kw)
+    assert "for the buffers oneDNN's ops hold" not in alone.reason
+    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[tmp_path / "eight.json"] * 2,
+                       **kw).bytes == alone.bytes
 
 
 @pytest.mark.parametrize("kwargs,message", [

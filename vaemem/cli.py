@@ -335,7 +335,7 @@ def trace(
                   title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})")
     for r in results:
         table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}",
-                      "-" if r.onednn_peak_bytes is None else f"{r.onednn_peak_bytes / MIB:.1f}",
+                      f"{r.onednn_peak_bytes / MIB:.1f}",
                       f"{r.output_bytes / MIB:.1f}",
                       f"{r.input_bytes / MIB:.1f}", f"{r.attention_peak_bytes / MIB:.1f}" if r.attention_peak_bytes
                       else "-", r.peak_module, str(r.replayed_calls), f"{r.wall_s:.2f}")

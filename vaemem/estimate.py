@@ -54,7 +54,7 @@ module runs with its (tokens x tokens) score matrices, quadratic in area (tiled:
 an upper bound). The calibration lines price that peak as they find it: they are fitted over a platform's
 measured points, fused-path ones everywhere and math-path ones where a rig measured them.
 
-On **oneDNN** (``WEIGHT_COPY_BACKENDS``) an image architecture's lines are in its dry run with the buffers oneDNN's
+On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines of an untiled request are in its dry run with the buffers oneDNN's
 ops hold while they run (a convolution its output's reorder, once in fp32 and twice in half precision; a
 half-precision mean an fp32 copy of its input), ``onednn_hidden_factor`` x the dry-run peak (its untiled
 structure's, from schema 9: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain
@@ -93,7 +93,10 @@ from collections.abc import Callable
 # 8: CPU half precision on oneDNN splits by AMX: ``onednn-amx`` where the CPU has AMX tiles (:func:`conv_backend`),
 # a key a reader of 7 does not know; a file of 7 is one of 8 whose half-precision oneDNN lines were all measured
 # on one CPU, labelled ``onednn`` whatever it had (its committed one's: the Xeon's, with AMX).
+# 9: an untiled structure carries onednn_hidden_factor and the oneDNN lines are in the dry run times it, which a
+# reader of 8 would price on the plain dry run (0.52-1.0x at 512 px); a file of 8 is one of 9 whose factors are all 1.
 SCHEMA_VERSION = 9
+HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
@@ -107,10 +110,13 @@ AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors d
 # (:func:`conv_transient_bytes`).
 WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 # On the same backends an op holds buffers beyond its output while it runs (a convolution its output's reorder, a
-# half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an image architecture's dry run
-# with them is a constant multiple of the plain one, its structure's ``onednn_hidden_factor``, and its lines there
-# are in that dry run (:func:`onednn_hidden_factor`). Why: the plain dry run left the image architectures' demand /
-# dry run 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above every other, under a transfer).
+# half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
+# multiple of the plain one (constant for an image architecture, for a video one in size, not quite in clip length),
+# its structure's ``onednn_hidden_factor`` (the largest over its grid), and
+# the lines there are in that dry run (:func:`onednn_hidden_factor`). Why: in the plain dry run the image
+# architectures' demand / dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
+# every other, under a transfer), HunyuanVideo's 1.27-1.47x against the Wans' 1.15-1.36x (0.92-1.07x, 0.99-1.29x
+# in the dry run with them).
 # torch's use_mkldnn: an fp32 convolution of batch 1, groups 1 and a kernel of at most 3 in an inner dim runs on
 # oneDNN only where N x C x its input's next two dims exceed this (else im2col): :func:`conv_transient_elements`
 ONEDNN_MIN_ELEMENTS = 20480
@@ -277,6 +283,15 @@ def _layer(docs: list) -> dict:
     architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
     holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
     so the widest pool sets them."""
+    # from schema 9 the oneDNN lines are in the dry run with oneDNN's buffers (onednn_hidden_factor), before it in
+    # the plain one, and a layer's structures serve every layer's lines: mixed, one side's would be mispriced
+    older = [i for i, d in enumerate(docs) if d["schema_version"] < HIDDEN_FACTOR_SCHEMA]
+    if older and len(older) < len(docs) and any(c["conv_backend"] in WEIGHT_COPY_BACKENDS
+                                                for d in docs for c in d["_calib"].values()):
+        i = older[0]
+        raise ValueError(f"coefficients layer {i + 1} is of schema {docs[i]['schema_version']}, another of "
+                         f"{HIDDEN_FACTOR_SCHEMA} or newer: their oneDNN lines are in different dry runs and "
+                         f"cannot be layered; refit the older one with `vaemem fit`")
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
     models: dict = {}
@@ -466,7 +481,7 @@ def _check_structure(s: dict, where: str) -> None:
               f"{len(knots)} non-negative numbers", o)
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
-    if "onednn_hidden_factor" in s:  # oneDNN's buffers at most double the dry run (a half-precision convolution)
+    if "onednn_hidden_factor" in s:  # at most 2.0 seen (HunyuanImage-2.1's bf16 encode: its means' fp32 copies)
         h = _field(s, "onednn_hidden_factor", where, "num")
         _need(1 <= h <= 3, f"{where}.onednn_hidden_factor", "a number from 1 to 3", h)
     if "conv_transients" in s:
@@ -535,7 +550,7 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to 8) field by field and index it for pricing. Raises ValueError
+    """Check a coefficient document (schema 3 to 9) field by field and index it for pricing. Raises ValueError
     naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
     slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
@@ -1415,8 +1430,9 @@ class _Plan:
                     raise ValueError(f"no math-attention dry-run structure of {model} {op} {dtype} in this "
                                      f"coefficient file: the math attention path's score matrices cannot be priced")
                 self.attn = compile_structure(a)
-        # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor)
-        self.hidden = onednn_hidden_factor(backend, s, a)
+        # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor):
+        # untiled only (a tile's share was never traced), the math path's as well
+        self.hidden = 1.0 if tiled else onednn_hidden_factor(backend, s, a)
         # slicing (diffusers' enable_slicing, one sample at a time): the peak of one sample plus the outputs of the
         # samples before it, exact in dry runs; the output's bytes per pixel come from the untiled structure
         self.out = None
@@ -1738,8 +1754,9 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
 
 def onednn_hidden_factor(backend: str, *structures: dict | None) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
-    the largest ``onednn_hidden_factor`` of the request's ``structures`` (untiled, and the math path's) on a oneDNN
-    backend, else 1 (other backends, tiles and video: not modelled; a file of schema 8 or older: none)."""
+    the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (the math path's as well) on a
+    oneDNN backend, else 1 (other backends; a file of schema 8 or older: none). A tiled request takes 1: a tile's
+    share was never traced."""
     if backend not in WEIGHT_COPY_BACKENDS:
         return 1.0
     return max([1.0] + [s["onednn_hidden_factor"] for s in structures if s and "onednn_hidden_factor" in s])
@@ -1936,9 +1953,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      f") from {loaded_dtype} to {dtype}")
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
-        live, dry, one = dry, plan.hidden * dry, plan.hidden * one  # the lines are in oneDNN's dry run (hidden)
-        hidden = (f"; its dry-run peak, {live / MIB:.0f} MiB, x {plan.hidden:.4g} for the buffers oneDNN's ops hold "
-                  f"while they run" if plan.hidden != 1 else "")
+        k = plan.hidden
+        live, dry, one = dry, k * dry, k * one  # the lines are in oneDNN's dry run (hidden)
+        hidden = (f"; its dry-run peak, {live / MIB:.0f} MiB, x {k:.4g} for the buffers oneDNN's ops hold "
+                  f"while they run" if k != 1 else "")
         if own is not None:
             line = _line_at(own, dry, one, plan.arch_video and int(frames) == 1,
                             int(width) * int(height))[0]
@@ -1947,7 +1965,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             resident = line.get("floor_bytes", 0)  # the floor its smallest points measured
             at_floor = resident and resident >= calibration_bytes(
                 {**line, "floor_bytes": 0, "small": None}, dry, one, plan.arch_video and int(frames) == 1,
-                int(width) * int(height))
+                int(width) * int(height), live=live)
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
             reason = (f"its own line on {on} ({own['n_points']} points{where}): "

@@ -321,9 +321,10 @@ def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, 
     from vaemem import estimate as est
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
+    if point["tile"]:  # a tile's share of oneDNN's buffers was never traced
+        return 1.0
     math_path = point.get("attention", "fused") == "math"
-    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype,
-                                                                                         bool(point["tile"]))),
+    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)),
                                     structures.get(est.structure_key(arch, op, dtype, False, "math"))
                                     if math_path else None)
 

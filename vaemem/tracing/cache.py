@@ -14,8 +14,7 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                                  elements, always, columns, channels-last,
                                                                  fewest elements, their columns], ...]
                                                 (fp32, untiled, fused entries),
-                                                "onednn_peak_bytes": N (untiled unsliced entries of the
-                                                image architectures)}}}
+                                                "onednn_peak_bytes": N (untiled unsliced entries)}}}
 """
 
 from __future__ import annotations
@@ -47,12 +46,9 @@ def keeps_conv_inputs(spec: TraceSpec) -> bool:
 
 
 def keeps_onednn_peak(spec: TraceSpec) -> bool:
-    """Whether an entry of ``spec`` records its ``onednn_peak_bytes``: the untiled, unsliced dry runs of the image
-    architectures (conv2d), whose oneDNN buffers are a constant share of the peak
-    (:func:`vaemem.tracing.structure.derive`); a video architecture's share changes with the clip, not modelled."""
-    from vaemem.models.zoo import get_spec
-
-    return spec.tile is None and not spec.slicing and get_spec(spec.model).kernel == "conv2d"
+    """Whether an entry of ``spec`` records its ``onednn_peak_bytes``: the untiled, unsliced dry runs, whose share of
+    oneDNN buffers is nearly constant over an architecture's sizes (:func:`vaemem.tracing.structure.derive`)."""
+    return spec.tile is None and not spec.slicing
 
 
 def complete(entry: dict[str, Any]) -> bool:
@@ -179,7 +175,7 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["split_convs"] = [list(c) for c in r.split_convs]
         if keeps_conv_inputs(r.spec):
             doc["entries"][r.spec.key]["conv_inputs"] = [list(c) for c in r.conv_inputs]
-        if keeps_onednn_peak(r.spec) and r.onednn_peak_bytes is not None:
+        if keeps_onednn_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes"] = r.onednn_peak_bytes
     write_atomic(path, dumps(doc))
     return doc

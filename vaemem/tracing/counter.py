@@ -149,9 +149,7 @@ class LiveBytes(TorchDispatchMode):
         self.peak = 0
         self.where = ""
         self.attention_peak = 0  # peak while inside an attention module (0: none ran)
-        # the peak with each op's oneDNN buffers while it runs (onednn_hidden_bytes); a replayed call's ops are
-        # not seen, so a dry run with replays has none
-        self.onednn_peak = 0
+        self.onednn_peak = 0  # the peak with each op's oneDNN buffers while it runs (onednn_hidden_bytes)
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
@@ -189,12 +187,14 @@ class LiveBytes(TorchDispatchMode):
         for t in tensors:
             self.baseline.add(t.untyped_storage()._cdata)
 
-    def bump(self, extra: int, where: str, attention_extra: int = -1) -> None:
-        """Record a transient ``extra`` bytes above the current level (a replayed sub-call's inner peak), and
-        ``attention_extra`` above it inside its attention modules (-1: none ran in it)."""
+    def bump(self, extra: int, where: str, attention_extra: int = -1, onednn_extra: int = -1) -> None:
+        """Record a transient ``extra`` bytes above the current level (a replayed sub-call's inner peak),
+        ``attention_extra`` above it inside its attention modules (-1: none ran in it) and ``onednn_extra`` with
+        oneDNN's buffers (-1: ``extra``)."""
         if self.current + extra > self.peak:
             self.peak = self.current + extra
             self.where = where
+        self.onednn_peak = max(self.onednn_peak, self.current + (extra if onednn_extra < 0 else onednn_extra))
         if attention_extra >= 0 and self.current + attention_extra > self.attention_peak:
             self.attention_peak = self.current + attention_extra
 

@@ -632,8 +632,13 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
-        # architecture the same at every size and batch (1.0000-2.0000, to 1e-4, at 64-3072 px; on the math path
-        # 1.12-1.20 as the score matrix leads), so the largest ratio of its grid, rounded up to 1e-4
+        # architecture the same at every size and batch (to 1e-4; on the math path 1.12-1.20 where the score
+        # matrix leads, the fused path's factor below, so the largest is the fused one); for a video one nearly the same at every size (within 0.01) but not at every clip length: a
+        # one-frame clip differs (HunyuanVideo's bf16 decode 1.35, its clips 1.41-1.44; Wan 2.1's 1.11 and
+        # 1.07-1.09) and the longer clips settle by 9 frames (LTX-Video's bf16 decode 1.07 at 9, 1.01 at 65). The
+        # largest ratio of the grid, rounded up to 1e-4: an upper bound. Why not a factor per clip length, the
+        # one-frame one apart: left out by architecture it put 9 rows under instead of 6 (Wan 2.1's bf16 clips,
+        # HunyuanVideo's with AMX at 0.97-0.99): measured demand does not follow the finer factor
         out["onednn_hidden_factor"] = math.ceil(max(hidden[k] for k in wanted) * 1e4 - 1e-6) / 1e4
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
