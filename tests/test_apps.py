@@ -438,7 +438,7 @@ def test_a_layer_older_than_the_onednn_factor_is_refused_beside_a_newer_one(tmp_
     """A file of schema 8 (its oneDNN lines in the plain dry run) layered with the packaged one (schema 9: in the
     dry run with oneDNN's buffers) would price one side's lines in the other's dry run (the packaged lines on a
     schema-8 layer's structures: 0.52-1.0x at 512 px): refused either way round, with the cure. Alone it prices, and two
-    layers of one schema layer."""
+    layers of one schema layer (of either schema)."""
     eight = json.loads(PACKAGED.read_text())
     as_schema(eight, 8)
     for s in eight["structures"].values():
@@ -453,6 +453,28 @@ def test_a_layer_older_than_the_onednn_factor_is_refused_beside_a_newer_one(tmp_
     assert "for the buffers oneDNN's ops hold" not in alone.reason
     assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[tmp_path / "eight.json"] * 2,
                        **kw).bytes == alone.bytes
+    shipped = est.explain("hunyuanvideo", "decode", 320, 192, **kw)
+    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, None], **kw).bytes == shipped.bytes
+
+
+def test_an_older_layer_without_onednn_lines_layers_after_a_newer_one(tmp_path):
+    """A schema-8 file of other backends' lines (here aten's) after the packaged one leaves the packaged structures
+    and their factor in place: it layers, and the oneDNN price is the packaged one. Put first, its structures
+    (without the factor) would serve the packaged oneDNN lines: refused."""
+    eight = json.loads(PACKAGED.read_text())
+    as_schema(eight, 8)
+    eight["calibrations"] = [c for c in eight["calibrations"] if c["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
+    eight["groups"] = [g for g in eight["groups"] if g["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
+    assert eight["calibrations"]
+    for s in eight["structures"].values():
+        s.pop("onednn_hidden_factor", None)
+    (tmp_path / "eight.json").write_text(json.dumps(eight))
+    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    shipped = est.explain("hunyuanvideo", "decode", 320, 192, **kw)
+    after = est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, tmp_path / "eight.json"], **kw)
+    assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
+    with pytest.raises(ValueError, match=r"coefficients layer 1 is of schema 8, another of 9 or newer"):
+        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[tmp_path / "eight.json", None], **kw)
 
 
 @pytest.mark.parametrize("kwargs,message", [

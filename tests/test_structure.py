@@ -580,6 +580,25 @@ def test_a_tiled_request_takes_no_onednn_factor_on_either_attention_path():
         assert e.source == "measured" and "for the buffers oneDNN's ops hold" not in e.reason, attention
         assert "for the buffers oneDNN's ops hold" in est.explain("sd15", "decode", 1024, 1024, attention=attention,
                                                                   **kw).reason
+    # the line is priced on the plain dry run (x 1), not the untiled factor's 1.58 x 389 MiB
+    plain = est.dry_run_bytes(doc, "sd15", "decode", 1024, 1024, tile=512, dtype="bf16")
+    assert f"dry-run peak {plain / MIB:.0f} MiB" in est.explain("sd15", "decode", 1024, 1024, tile=512, **kw).reason
+    # the fit reads its measured points the same way: a tiled point at 1, an untiled one (sliced too) at the factor
+    key = dict(architecture="sd15", op="decode", dtype="fp32", conv_backend="onednn")
+    point = dict(tile=None, attention="fused", slicing=False)
+    factor = doc["structures"]["sd15/decode/fp32/untiled"]["onednn_hidden_factor"]
+    assert factor > 1 and co.hidden_of(point, key, doc["structures"]) == factor
+    assert co.hidden_of({**point, "slicing": True}, key, doc["structures"]) == factor
+    assert co.hidden_of({**point, "tile": 256}, key, doc["structures"]) == 1.0
+
+
+def test_a_sliced_request_takes_its_untiled_structures_factor():
+    """Slicing's peak is one sample's (an unsliced batch-1 peak, which the factor was traced on) plus the outputs
+    before it: on oneDNN a sliced request says the factor, and costs more than the plain dry run's line would."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    factor = est.load(PACKAGED)["structures"]["sd15/decode/fp32/untiled"]["onednn_hidden_factor"]
+    e = est.explain("sd15", "decode", 512, 512, batch=2, slicing=True, **kw)
+    assert factor > 1 and f"x {factor:.4g} for the buffers oneDNN's ops hold" in e.reason and "sliced" in e.reason
 
 
 # ---- the math attention path ------------------------------------------------------------------------------------

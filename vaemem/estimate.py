@@ -284,14 +284,19 @@ def _layer(docs: list) -> dict:
     holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
     so the widest pool sets them."""
     # from schema 9 the oneDNN lines are in the dry run with oneDNN's buffers (onednn_hidden_factor), before it in
-    # the plain one, and a layer's structures serve every layer's lines: mixed, one side's would be mispriced
-    older = [i for i, d in enumerate(docs) if d["schema_version"] < HIDDEN_FACTOR_SCHEMA]
-    if older and len(older) < len(docs) and any(c["conv_backend"] in WEIGHT_COPY_BACKENDS
-                                                for d in docs for c in d["_calib"].values()):
-        i = older[0]
-        raise ValueError(f"coefficients layer {i + 1} is of schema {docs[i]['schema_version']}, another of "
-                         f"{HIDDEN_FACTOR_SCHEMA} or newer: their oneDNN lines are in different dry runs and "
-                         f"cannot be layered; refit the older one with `vaemem fit`")
+    # the plain one, and the first layer's structure of a key serves every layer's lines: an older layer's oneDNN
+    # lines would be priced with a newer one's factor, and an older layer's structures, put first, would drop the
+    # factor from a newer layer's oneDNN lines. Anything else (an older file of cuDNN lines after the shipped one)
+    # prices as each was fitted.
+    if any(d["schema_version"] >= HIDDEN_FACTOR_SCHEMA for d in docs):
+        for i, d in enumerate(docs):
+            if d["schema_version"] >= HIDDEN_FACTOR_SCHEMA:
+                continue
+            has_onednn = any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in d["_calib"].values())
+            if has_onednn or _factor_keys(docs[i + 1:]) & set(d.get("structures", {})):
+                raise ValueError(f"coefficients layer {i + 1} is of schema {d['schema_version']}, another of "
+                                 f"{HIDDEN_FACTOR_SCHEMA} or newer: their oneDNN lines are in different dry runs and "
+                                 f"cannot be layered; refit the older one with `vaemem fit`")
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
     models: dict = {}
@@ -310,6 +315,13 @@ def _layer(docs: list) -> dict:
     out.update(models=models, structures=structures, groups=list(groups.values()),
                calibrations=list(calibrations.values()))
     return validate(out, "layered coefficients", layered=True)
+
+
+def _factor_keys(docs: list) -> set:
+    """The structure keys that carry an ``onednn_hidden_factor`` in layers of schema 9 or newer with oneDNN lines."""
+    return {k for d in docs if d["schema_version"] >= HIDDEN_FACTOR_SCHEMA
+            and any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in d["_calib"].values())
+            for k, s in d.get("structures", {}).items() if "onednn_hidden_factor" in s}
 
 
 def clear_cache() -> None:
