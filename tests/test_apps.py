@@ -477,6 +477,46 @@ def test_an_older_layer_without_onednn_lines_layers_after_a_newer_one(tmp_path):
         est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[tmp_path / "eight.json", None], **kw)
 
 
+def _older_without_onednn(version: int) -> dict:
+    """The packaged document as a file of schema ``version`` holding only other backends' lines (aten's), its
+    structures without the factor."""
+    doc = as_schema(json.loads(PACKAGED.read_text()), version)
+    doc["calibrations"] = [c for c in doc["calibrations"] if c["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
+    doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
+    for s in doc["structures"].values():
+        s.pop("onednn_hidden_factor", None)
+    return doc
+
+
+def test_an_older_layers_structure_no_newer_layer_has_is_refused(tmp_path):
+    """After the newer layer, an older one's untiled structure still wins a key the newer one lacks, and would serve
+    the newer oneDNN lines without the factor (HunyuanVideo's 1.22: priced at 0.82x): refused. The same layers with
+    the key in the newer one price as the newer one alone."""
+    eight = _older_without_onednn(8)
+    nine = json.loads(PACKAGED.read_text())
+    key = est.structure_key("hunyuanvideo", "decode", "fp32", False)
+    assert nine["structures"][key]["onednn_hidden_factor"] > 1.1
+    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    assert (est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[nine, eight], **kw).bytes
+            == est.explain("hunyuanvideo", "decode", 320, 192, coefficients=nine, **kw).bytes)
+    lacking = {**nine, "structures": {k: v for k, v in nine["structures"].items() if k != key}}
+    with pytest.raises(ValueError, match=r"coefficients layer 2 is of schema 8, another of 9 or newer"):
+        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[lacking, eight], **kw)
+
+
+def test_a_layer_of_schema_7_is_refused_beside_one_of_9():
+    """A file of schema 7 keys every CPU's half-precision oneDNN lines as ``onednn``; layered with the packaged one
+    the document would be one of 7, and an AMX request no AMX line covers would take the EPYC's lines: refused
+    either way round, even without oneDNN lines of its own. Alone it prices."""
+    seven = _older_without_onednn(7)
+    kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
+    for layers in ([None, seven], [seven, None]):
+        with pytest.raises(ValueError, match=r"coefficients layer \d is of schema 7, another of 9 or newer"):
+            est.explain("sd15", "decode", 512, 512, coefficients=layers, **kw)
+    assert est.explain("sd15", "decode", 512, 512, coefficients=seven, dtype="bf16", backend="aten",
+                       allocator="glibc-fixed", os="linux").bytes > 0
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(dtype=["fp32"]), "dtype must be a string"),
     (dict(backend={}), "backend must be a string"),

@@ -814,7 +814,7 @@ def test_half_precision_on_a_cpu_with_amx_is_a_platform_of_its_own():
     plain = est.explain("sd15", "decode", 512, 512, backend="onednn", **kw)
     assert amx.group == "conv2d/onednn-amx/glibc-fixed/bf16/linux/decode/untiled"
     assert plain.group == "conv2d/onednn/glibc-fixed/bf16/linux/decode/untiled" and plain.bytes < amx.bytes
-    # FLUX.1's tiled bf16 decode is measured with AMX only (its untiled one on both CPUs since campaign 20)
+    # FLUX.1's tiled bf16 decode is measured with AMX only (its untiled one on both CPUs)
     bound = est.explain("flux1", "decode", 1024, 1024, tile=512, backend="onednn", **kw)
     assert bound.group == "conv2d/onednn-amx/glibc-fixed/bf16/linux/decode/tiled" and \
         bound.bytes == est.working_memory_bytes("flux1", "decode", 1024, 1024, tile=512, backend="onednn-amx", **kw)

@@ -96,6 +96,7 @@ from collections.abc import Callable
 # 9: an untiled structure carries onednn_hidden_factor and the oneDNN lines are in the dry run times it, which a
 # reader of 8 would price on the plain dry run (0.52-1.0x at 512 px); a file of 8 is one of 9 whose factors are all 1.
 SCHEMA_VERSION = 9
+AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -285,18 +286,21 @@ def _layer(docs: list) -> dict:
     so the widest pool sets them."""
     # from schema 9 the oneDNN lines are in the dry run with oneDNN's buffers (onednn_hidden_factor), before it in
     # the plain one, and the first layer's structure of a key serves every layer's lines: an older layer's oneDNN
-    # lines would be priced with a newer one's factor, and an older layer's structures, put first, would drop the
-    # factor from a newer layer's oneDNN lines. Anything else (an older file of cuDNN lines after the shipped one)
-    # prices as each was fitted.
+    # lines would be priced with a newer one's factor, and an older layer's untiled structure that wins its key (put
+    # first, or one no newer layer has) would price a newer layer's oneDNN lines without the factor. A file of
+    # schema 7 or older would make the whole document one of 7 (AMX rigs priced by the plain oneDNN lines) beside
+    # a newer file that tells them apart. Anything else (an older file of cuDNN lines after the shipped one, its
+    # structures all the shipped one's) prices as each was fitted.
     if any(d["schema_version"] >= HIDDEN_FACTOR_SCHEMA for d in docs):
         for i, d in enumerate(docs):
             if d["schema_version"] >= HIDDEN_FACTOR_SCHEMA:
                 continue
             has_onednn = any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in d["_calib"].values())
-            if has_onednn or _factor_keys(docs[i + 1:]) & set(d.get("structures", {})):
+            untiled = {k for k in d.get("structures", {}) if "/untiled" in k}
+            if d["schema_version"] < AMX_SCHEMA or has_onednn or untiled - _factor_keys(docs[:i]):
                 raise ValueError(f"coefficients layer {i + 1} is of schema {d['schema_version']}, another of "
-                                 f"{HIDDEN_FACTOR_SCHEMA} or newer: their oneDNN lines are in different dry runs and "
-                                 f"cannot be layered; refit the older one with `vaemem fit`")
+                                 f"{HIDDEN_FACTOR_SCHEMA} or newer: their oneDNN lines are in different dry runs and cannot be layered; "
+                                 f"refit the older one with `vaemem fit`")
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
     models: dict = {}
@@ -318,9 +322,8 @@ def _layer(docs: list) -> dict:
 
 
 def _factor_keys(docs: list) -> set:
-    """The structure keys that carry an ``onednn_hidden_factor`` in layers of schema 9 or newer with oneDNN lines."""
+    """The structure keys that carry an ``onednn_hidden_factor`` in layers of schema 9 or newer."""
     return {k for d in docs if d["schema_version"] >= HIDDEN_FACTOR_SCHEMA
-            and any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in d["_calib"].values())
             for k, s in d.get("structures", {}).items() if "onednn_hidden_factor" in s}
 
 
@@ -1469,7 +1472,8 @@ class _Plan:
                 self.calib, self.group, key, self.amx_bound = calib, group, amx, True
         # a file of schema 7 or older keys half precision on oneDNN as onednn whatever the CPU had: on a CPU with
         # AMX its lines price as they did, where none says onednn-amx
-        if backend == AMX_BACKEND and coef["schema_version"] < 8 and self.calib is None and self.group is None:
+        if (backend == AMX_BACKEND and coef["schema_version"] < AMX_SCHEMA and self.calib is None
+                and self.group is None):
             key = {**key, "conv_backend": "onednn"}
             self.calib, self.group = _lines(coef, key, kernel)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
