@@ -434,87 +434,98 @@ def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(
         est.validate(claims, "c.json")
 
 
-def test_a_layer_older_than_the_onednn_factor_is_refused_beside_a_newer_one(tmp_path):
-    """A file of schema 8 (its oneDNN lines in the plain dry run) layered with the packaged one (schema 9: in the
-    dry run with oneDNN's buffers) would price one side's lines in the other's dry run (the packaged lines on a
-    schema-8 layer's structures: 0.52-1.0x at 512 px): refused either way round, with the cure. Alone it prices, and two
-    layers of one schema layer (of either schema)."""
-    eight = json.loads(PACKAGED.read_text())
-    as_schema(eight, 8)
-    for s in eight["structures"].values():
-        s.pop("onednn_hidden_factor", None)
-    (tmp_path / "eight.json").write_text(json.dumps(eight))
-    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
-    for layers in ([tmp_path / "eight.json", None], [None, tmp_path / "eight.json"]):
-        with pytest.raises(ValueError, match=r"coefficients layer \d is of schema 8, another of 9 or newer: .*"
-                                             r"refit the older one with `vaemem fit`"):
-            est.explain("cogvideox", "decode", 320, 192, coefficients=layers, **kw)
-    alone = est.explain("hunyuanvideo", "decode", 320, 192, coefficients=tmp_path / "eight.json", **kw)
-    assert "for the buffers oneDNN's ops hold" not in alone.reason
-    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[tmp_path / "eight.json"] * 2,
-                       **kw).bytes == alone.bytes
-    shipped = est.explain("hunyuanvideo", "decode", 320, 192, **kw)
-    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, None], **kw).bytes == shipped.bytes
-
-
-def test_an_older_layer_without_onednn_lines_layers_after_a_newer_one(tmp_path):
-    """A schema-8 file of other backends' lines (here aten's) after the packaged one leaves the packaged structures
-    and their factor in place: it layers, and the oneDNN price is the packaged one. Put first, its structures
-    (without the factor) would serve the packaged oneDNN lines: refused."""
-    eight = json.loads(PACKAGED.read_text())
-    as_schema(eight, 8)
-    eight["calibrations"] = [c for c in eight["calibrations"] if c["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
-    eight["groups"] = [g for g in eight["groups"] if g["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
-    assert eight["calibrations"]
-    for s in eight["structures"].values():
-        s.pop("onednn_hidden_factor", None)
-    (tmp_path / "eight.json").write_text(json.dumps(eight))
-    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
-    shipped = est.explain("hunyuanvideo", "decode", 320, 192, **kw)
-    after = est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, tmp_path / "eight.json"], **kw)
-    assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
-    with pytest.raises(ValueError, match=r"coefficients layer 1 is of schema 8, another of 9 or newer"):
-        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[tmp_path / "eight.json", None], **kw)
-
-
-def _older_without_onednn(version: int) -> dict:
-    """The packaged document as a file of schema ``version`` holding only other backends' lines (aten's), its
-    structures without the factor."""
-    doc = as_schema(json.loads(PACKAGED.read_text()), version)
+def _without_onednn(doc: dict) -> dict:
+    """``doc`` with only other backends' lines (aten's), in place."""
     doc["calibrations"] = [c for c in doc["calibrations"] if c["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
     doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] not in est.WEIGHT_COPY_BACKENDS]
-    for s in doc["structures"].values():
-        s.pop("onednn_hidden_factor", None)
+    assert doc["calibrations"]
     return doc
 
 
-def test_an_older_layers_structure_no_newer_layer_has_is_refused(tmp_path):
-    """After the newer layer, an older one's untiled structure still wins a key the newer one lacks, and would serve
-    the newer oneDNN lines without the factor (HunyuanVideo's 1.22: priced at 0.82x): refused. The same layers with
-    the key in the newer one price as the newer one alone."""
-    eight = _older_without_onednn(8)
+def _older(version: int) -> dict:
+    """The packaged document as a file of schema ``version``: before 9 its structures carry no factor."""
+    doc = as_schema(json.loads(PACKAGED.read_text()), version)
+    for s in doc["structures"].values():
+        if version < 9:
+            s.pop("onednn_hidden_factor", None)
+    return doc
+
+
+ONEDNN = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+
+
+@pytest.mark.parametrize("version", [7, 8, 9])
+def test_onednn_lines_of_different_schemas_are_refused(version):
+    """The oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers) and 10
+    (tiled as well), and a layered document prices them by one schema: an older file's oneDNN lines beside the
+    packaged ones (a schema-9 file's tiled lines at factor 1 beside the packaged tiled lines, fitted with it: 0.63x)
+    are refused either way round, naming the layer to refit. Alone it prices, and layers of one schema layer."""
+    old = _older(version)
+    for layers, stale in (([old, None], 1), ([None, old], 2)):
+        with pytest.raises(ValueError, match=rf"coefficients layers [12] and [12] hold oneDNN lines of schemas "
+                                             rf"{version} and {est.SCHEMA_VERSION}, .* refit layer {stale} with "
+                                             rf"`vaemem fit`"):
+            est.explain("cogvideox", "decode", 320, 192, coefficients=layers, **ONEDNN)
+    alone = est.explain("hunyuanvideo", "decode", 320, 192, coefficients=old, **ONEDNN)
+    assert ("for the buffers oneDNN's ops hold" in alone.reason) == (version >= 9)
+    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[old, old], **ONEDNN).bytes == alone.bytes
+    shipped = est.explain("hunyuanvideo", "decode", 320, 192, **ONEDNN)
+    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, None], **ONEDNN).bytes == shipped.bytes
+
+
+@pytest.mark.parametrize("version", [7, 8, 9])
+def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_the_factor(version):
+    """An older file of aten's lines only (a GPU rig owner's would be cuDNN's) beside the packaged one: after it,
+    the packaged structures win every key and the oneDNN prices (with AMX as well: the document is of the oneDNN
+    lines' schema: the packaged tiled lines keep their factor) are the packaged ones. Put
+    first, its structures win: those of schema 7 or 8 carry no factor and would price the packaged oneDNN lines at
+    1 (HunyuanVideo's bf16 decode 0.69x): refused, naming the structure; schema 9's carry it and layer, its aten
+    lines winning."""
+    old = _without_onednn(_older(version))
+    amx = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
+    for kw, args in ((ONEDNN, ("hunyuanvideo", "decode", 320, 192)), (amx, ("flux2", "encode", 768, 768)),
+                     ({**amx, "tile": 512}, ("sd15", "decode", 1024, 1024))):  # tiled: the schema-10 factor
+        shipped = est.explain(*args, **kw)
+        after = est.explain(*args, coefficients=[None, old], **kw)
+        assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
+    aten = dict(dtype="bf16", backend="aten", allocator="glibc-fixed", os="linux")
+    old = {**old, "calibrations": json.loads(json.dumps(old["calibrations"]))}  # a new dict: a used one is cached
+    for c in old["calibrations"]:  # its own aten lines, 2x the packaged ones, to tell whose line priced
+        for line in (c["class"], *c["architectures"].values(), *c.get("transfer_lines", {}).values()):
+            line["dry_factor"] *= 2
+    if version < 9:
+        with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled\S* has no "
+                                             r"onednn_hidden_factor, which layer 2's oneDNN lines are priced with; "
+                                             r"refit layer 1"):
+            est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
+    else:
+        first = est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
+        assert first.bytes == est.explain("sd15", "decode", 512, 512, coefficients=old, **aten).bytes
+        assert first.bytes > est.explain("sd15", "decode", 512, 512, **aten).bytes
+
+
+def test_a_structure_without_the_factor_is_refused_wherever_it_wins():
+    """After the packaged file, an older layer's structure still wins a key the packaged one lacks, and a file of
+    the packaged schema fitted from a dry-run cache without oneDNN's peaks has structures without the factor: either
+    would serve the packaged oneDNN lines at 1 (HunyuanVideo's 1.22: 0.82x), so both are refused. With the key in
+    the packaged layer the same older layer layers."""
+    eight = _without_onednn(_older(8))
     nine = json.loads(PACKAGED.read_text())
     key = est.structure_key("hunyuanvideo", "decode", "fp32", False)
     assert nine["structures"][key]["onednn_hidden_factor"] > 1.1
-    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
-    assert (est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[nine, eight], **kw).bytes
-            == est.explain("hunyuanvideo", "decode", 320, 192, coefficients=nine, **kw).bytes)
+    assert (est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[nine, eight], **ONEDNN).bytes
+            == est.explain("hunyuanvideo", "decode", 320, 192, coefficients=nine, **ONEDNN).bytes)
     lacking = {**nine, "structures": {k: v for k, v in nine["structures"].items() if k != key}}
-    with pytest.raises(ValueError, match=r"coefficients layer 2 is of schema 8, another of 9 or newer"):
-        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[lacking, eight], **kw)
-
-
-def test_a_layer_of_schema_7_is_refused_beside_one_of_9():
-    """A file of schema 7 keys every CPU's half-precision oneDNN lines as ``onednn``; layered with the packaged one
-    the document would be one of 7, and an AMX request no AMX line covers would take the EPYC's lines: refused
-    either way round, even without oneDNN lines of its own. Alone it prices."""
-    seven = _older_without_onednn(7)
-    kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
-    for layers in ([None, seven], [seven, None]):
-        with pytest.raises(ValueError, match=r"coefficients layer \d is of schema 7, another of 9 or newer"):
-            est.explain("sd15", "decode", 512, 512, coefficients=layers, **kw)
-    assert est.explain("sd15", "decode", 512, 512, coefficients=seven, dtype="bf16", backend="aten",
-                       allocator="glibc-fixed", os="linux").bytes > 0
+    with pytest.raises(ValueError, match=rf"coefficients layer 2's structure {key} has no onednn_hidden_factor"):
+        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[lacking, eight], **ONEDNN)
+    plain = json.loads(PACKAGED.read_text())
+    for s in plain["structures"].values():
+        s.pop("onednn_hidden_factor", None)
+    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ has no onednn_hidden_factor, "
+                                         r"which layer 2's oneDNN lines"):
+        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[plain, None], **ONEDNN)
+    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, plain], **ONEDNN).bytes == \
+        est.explain("hunyuanvideo", "decode", 320, 192, **ONEDNN).bytes
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -568,28 +568,36 @@ def test_a_class_agrees_in_the_dry_run_with_onednns_buffers(tmp_path):
         est.load(bad)
 
 
-def test_a_tiled_request_takes_no_onednn_factor_on_either_attention_path():
-    """A tile's share of oneDNN's buffers was never traced: a tiled request, on the math path as well (whose
-    untiled attention structure carries a factor), prices its line on the plain dry run; untiled it says the
-    factor."""
+def test_a_tiled_request_takes_its_untiled_structures_onednn_factor():
+    """A tile's share of oneDNN's buffers was never traced, and the tiled demand / dry run follows the untiled
+    factor: from schema 10 a tiled request says its untiled structure's (the math path's, the larger of the fused
+    and the attention structure's), and the fit reads a tiled point the same way; a file of schema 9 prices its
+    tiled lines on the plain dry run."""
     doc = est.load(PACKAGED)
-    assert doc["structures"]["sd15/decode/bf16/untiled/math"]["onednn_hidden_factor"] > 1
+    fused = doc["structures"]["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]
+    assert fused > 1
     kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
-    for attention in ("fused", "math"):
-        e = est.explain("sd15", "decode", 1024, 1024, tile=512, attention=attention, **kw)
-        assert e.source == "measured" and "for the buffers oneDNN's ops hold" not in e.reason, attention
-        assert "for the buffers oneDNN's ops hold" in est.explain("sd15", "decode", 1024, 1024, attention=attention,
-                                                                  **kw).reason
-    # the line is priced on the plain dry run (x 1), not the untiled factor's 1.58 x 389 MiB
+    e = est.explain("sd15", "decode", 1024, 1024, tile=512, **kw)
+    assert e.source == "measured" and f"x {fused:.4g} for the buffers oneDNN's ops hold" in e.reason
+    # the math path's attention structure, its factor raised here (the packaged one ties the fused one's)
+    raised = json.loads(PACKAGED.read_text())
+    raised["structures"]["sd15/decode/bf16/untiled/math"]["onednn_hidden_factor"] = round(fused + 0.1, 4)
+    e = est.explain("sd15", "decode", 1024, 1024, tile=512, attention="math", coefficients=raised, **kw)
+    assert f"x {fused + 0.1:.4g} for the buffers oneDNN's ops hold" in e.reason
+    tiled = est.explain("sd15", "decode", 1024, 1024, tile=512, **kw)
+    nine = {**json.loads(PACKAGED.read_text()), "schema_version": 9}
+    old = est.explain("sd15", "decode", 1024, 1024, tile=512, coefficients=nine, **kw)
     plain = est.dry_run_bytes(doc, "sd15", "decode", 1024, 1024, tile=512, dtype="bf16")
-    assert f"dry-run peak {plain / MIB:.0f} MiB" in est.explain("sd15", "decode", 1024, 1024, tile=512, **kw).reason
-    # the fit reads its measured points the same way: a tiled point at 1, an untiled one (sliced too) at the factor
+    assert "for the buffers oneDNN's ops hold" not in old.reason and f"dry-run peak {plain / MIB:.0f} MiB" in old.reason
+    assert old.bytes < tiled.bytes
+    # the fit: a tiled point, an untiled one and a sliced one at the untiled factor; other backends at 1
     key = dict(architecture="sd15", op="decode", dtype="fp32", conv_backend="onednn")
     point = dict(tile=None, attention="fused", slicing=False)
     factor = doc["structures"]["sd15/decode/fp32/untiled"]["onednn_hidden_factor"]
-    assert factor > 1 and co.hidden_of(point, key, doc["structures"]) == factor
-    assert co.hidden_of({**point, "slicing": True}, key, doc["structures"]) == factor
-    assert co.hidden_of({**point, "tile": 256}, key, doc["structures"]) == 1.0
+    assert factor > 1
+    for p in (point, {**point, "slicing": True}, {**point, "tile": 256}):
+        assert co.hidden_of(p, key, doc["structures"]) == factor
+    assert co.hidden_of({**point, "tile": 256}, {**key, "conv_backend": "cudnn"}, doc["structures"]) == 1.0
 
 
 def test_a_sliced_request_takes_its_untiled_structures_factor():

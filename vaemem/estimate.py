@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 9) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 10) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -54,11 +54,12 @@ module runs with its (tokens x tokens) score matrices, quadratic in area (tiled:
 an upper bound). The calibration lines price that peak as they find it: they are fitted over a platform's
 measured points, fused-path ones everywhere and math-path ones where a rig measured them.
 
-On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines of an untiled request are in its dry run with the buffers oneDNN's
-ops hold while they run (a convolution its output's reorder, once in fp32 and twice in half precision; a
-half-precision mean an fp32 copy of its input), ``onednn_hidden_factor`` x the dry-run peak (its untiled
-structure's, from schema 9: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain
-dry-run peak, the live tensors. A file of schema 8 or older has no such factor: its lines are in the plain dry run.
+On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines are in the dry run with the buffers oneDNN's ops hold while
+they run (a convolution its output's reorder, once in fp32 and twice in half precision; a half-precision mean an
+fp32 copy of its input), ``onednn_hidden_factor`` x the dry-run peak (its untiled structure's, for a tiled request
+as well: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain dry-run peak, the
+live tensors. A file of schema 8 or older has no such factor (its lines are in the plain dry run), one of 9 has it
+for untiled requests only.
 
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
@@ -95,10 +96,13 @@ from collections.abc import Callable
 # on one CPU, labelled ``onednn`` whatever it had (its committed one's: the Xeon's, with AMX).
 # 9: an untiled structure carries onednn_hidden_factor and the oneDNN lines are in the dry run times it, which a
 # reader of 8 would price on the plain dry run (0.52-1.0x at 512 px); a file of 8 is one of 9 whose factors are all 1.
-SCHEMA_VERSION = 9
+# 10: the tiled oneDNN lines are in the dry run times the untiled structure's onednn_hidden_factor as well, which a
+# reader of 9 would price on the plain dry run (0.63-0.96x); a file of 9 is one of 10 whose tiled lines take 1.
+SCHEMA_VERSION = 10
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9)
+TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -114,7 +118,7 @@ WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 # half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
 # multiple of the plain one (constant for an image architecture, for a video one in size, not quite in clip length),
 # its structure's ``onednn_hidden_factor`` (the largest over its grid), and
-# the lines there are in that dry run (:func:`onednn_hidden_factor`). Why: in the plain dry run the image
+# the lines there are in that dry run, a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image
 # architectures' demand / dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
 # every other, under a transfer), HunyuanVideo's 1.27-1.47x against the Wans' 1.15-1.36x (0.92-1.07x, 0.99-1.29x
 # in the dry run with them).
@@ -284,25 +288,32 @@ def _layer(docs: list) -> dict:
     architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
     holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
     so the widest pool sets them."""
-    # from schema 9 the oneDNN lines are in the dry run with oneDNN's buffers (onednn_hidden_factor), before it in
-    # the plain one, and the first layer's structure of a key serves every layer's lines: an older layer's oneDNN
-    # lines would be priced with a newer one's factor, and an older layer's untiled structure that wins its key (put
-    # first, or one no newer layer has) would price a newer layer's oneDNN lines without the factor. A file of
-    # schema 7 or older would make the whole document one of 7 (AMX rigs priced by the plain oneDNN lines) beside
-    # a newer file that tells them apart. Anything else (an older file of cuDNN lines after the shipped one, its
-    # structures all the shipped one's) prices as each was fitted.
-    if any(d["schema_version"] >= HIDDEN_FACTOR_SCHEMA for d in docs):
-        for i, d in enumerate(docs):
-            if d["schema_version"] >= HIDDEN_FACTOR_SCHEMA:
-                continue
-            has_onednn = any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in d["_calib"].values())
-            untiled = {k for k in d.get("structures", {}) if "/untiled" in k}
-            if d["schema_version"] < AMX_SCHEMA or has_onednn or untiled - _factor_keys(docs[:i]):
-                raise ValueError(f"coefficients layer {i + 1} is of schema {d['schema_version']}, another of "
-                                 f"{HIDDEN_FACTOR_SCHEMA} or newer: their oneDNN lines are in different dry runs and cannot be layered; "
-                                 f"refit the older one with `vaemem fit`")
+    # the oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers, untiled)
+    # and 10 (tiled as well), and the document prices them by one schema's contract: the layers holding them must
+    # share it (only those lines read the schema). The first layer's structure of a key serves every layer's
+    # lines: one without onednn_hidden_factor would price another layer's oneDNN lines, fitted with it, at 1 (under).
+    onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
+    for i in onednn[1:]:
+        if docs[i]["schema_version"] != docs[onednn[0]]["schema_version"]:
+            (o, a), (n, b) = sorted((docs[k]["schema_version"], k + 1) for k in (onednn[0], i))
+            raise ValueError(f"coefficients layers {a} and {b} hold oneDNN lines of schemas {o} and {n}, which are "
+                             f"priced in different dry runs and cannot be layered; refit layer {a} with `vaemem fit`")
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
-    out["schema_version"] = min(d["schema_version"] for d in docs)  # the oldest layer's contract holds
+    # the oneDNN lines' schema where any are (the only lines whose pricing reads it), else the oldest layer's
+    out["schema_version"] = (docs[onednn[0]] if onednn else min(docs, key=lambda d: d["schema_version"]))[
+        "schema_version"]
+    factored = [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
+                and any("onednn_hidden_factor" in st for st in docs[i].get("structures", {}).values())]
+    winner: dict = {}
+    for i, d in enumerate(docs):
+        for key, st in d.get("structures", {}).items():
+            winner.setdefault(key, (i, st))
+    for key, (i, st) in sorted(winner.items()):
+        others = [j for j in factored if j != i]
+        if "/untiled" in key and "onednn_hidden_factor" not in st and others:
+            raise ValueError(f"coefficients layer {i + 1}'s structure {key} has no onednn_hidden_factor, which "
+                             f"layer {others[0] + 1}'s oneDNN lines are priced with; refit layer {i + 1} with "
+                             f"`vaemem fit` (from a dry-run cache with onednn_peak_bytes)")
     models: dict = {}
     structures, groups = {}, {}
     calibrations: dict = {}
@@ -321,10 +332,9 @@ def _layer(docs: list) -> dict:
     return validate(out, "layered coefficients", layered=True)
 
 
-def _factor_keys(docs: list) -> set:
-    """The structure keys that carry an ``onednn_hidden_factor`` in layers of schema 9 or newer."""
-    return {k for d in docs if d["schema_version"] >= HIDDEN_FACTOR_SCHEMA
-            for k, s in d.get("structures", {}).items() if "onednn_hidden_factor" in s}
+def _has_onednn(doc: dict) -> bool:
+    """Whether a coefficient document holds a group or calibration line on a oneDNN backend."""
+    return any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in [*doc["_calib"].values(), *doc["_index"].values()])
 
 
 def clear_cache() -> None:
@@ -1446,8 +1456,9 @@ class _Plan:
                                      f"coefficient file: the math attention path's score matrices cannot be priced")
                 self.attn = compile_structure(a)
         # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor):
-        # untiled only (a tile's share was never traced), the math path's as well
-        self.hidden = 1.0 if tiled else onednn_hidden_factor(backend, s, a)
+        # the untiled structure's, the math path's as well; a tiled request's lines there from schema 10
+        self.hidden = 1.0 if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else onednn_hidden_factor(
+            backend, structures.get(structure_key(arch, op, dtype, False)), a)
         # slicing (diffusers' enable_slicing, one sample at a time): the peak of one sample plus the outputs of the
         # samples before it, exact in dry runs; the output's bytes per pixel come from the untiled structure
         self.out = None
@@ -1771,8 +1782,9 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
 def onednn_hidden_factor(backend: str, *structures: dict | None) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
     the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (the math path's as well) on a
-    oneDNN backend, else 1 (other backends; a file of schema 8 or older: none). A tiled request takes 1: a tile's
-    share was never traced."""
+    oneDNN backend, else 1 (other backends; a file of schema 8 or older: none). A tiled request takes its untiled
+    structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never traced, and the tiled demand / dry run follows the untiled factor
+    (HunyuanVideo's bf16 decode 1.442 at 1.443, Wan 2.1's 1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
     if backend not in WEIGHT_COPY_BACKENDS:
         return 1.0
     return max([1.0] + [s["onednn_hidden_factor"] for s in structures if s and "onednn_hidden_factor" in s])

@@ -317,12 +317,11 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
 
 def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> float:
     """The factor from a measured point's dry-run peak to the one its platform's lines are in
-    (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run)."""
+    (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; a tiled
+    point takes its untiled structure's)."""
     from vaemem import estimate as est
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
-    if point["tile"]:  # a tile's share of oneDNN's buffers was never traced
-        return 1.0
     math_path = point.get("attention", "fused") == "math"
     return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)),
                                     structures.get(est.structure_key(arch, op, dtype, False, "math"))

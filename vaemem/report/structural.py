@@ -253,7 +253,7 @@ def markdown(s: dict[str, Any]) -> str:
             f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
             f"{s['goal']['loao_listed_above']}. Points in the calibration domain. Demand / dry run: the medians "
             f"over the domain's points (over all its points where none is in it), its own and the others' range, "
-            f"of the dry run the lines are in (on oneDNN, untiled, with the buffers its ops hold, "
+            f"of the dry run the lines are in (on oneDNN with the buffers its ops hold, the untiled structure's "
             f"onednn_hidden_factor x the plain one); a listed architecture's reason is there (README, \"Why the "
             f"architectures of a class disagree\").\n",
             "| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
