@@ -297,11 +297,10 @@ def _layer(docs: list) -> dict:
         if docs[i]["schema_version"] != docs[onednn[0]]["schema_version"]:
             (o, a), (n, b) = sorted((docs[k]["schema_version"], k + 1) for k in (onednn[0], i))
             raise ValueError(f"coefficients layers {a} and {b} hold oneDNN lines of schemas {o} and {n}, which are "
-                             f"priced in different dry runs and cannot be layered; refit layer {a} with `vaemem fit`")
+                             f"priced differently and cannot be layered; refit layer {a} with `vaemem fit`")
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     # the oneDNN lines' schema where any are (the only lines whose pricing reads it), else the oldest layer's
-    out["schema_version"] = (docs[onednn[0]] if onednn else min(docs, key=lambda d: d["schema_version"]))[
-        "schema_version"]
+    out["schema_version"] = docs[onednn[0]]["schema_version"] if onednn else min(d["schema_version"] for d in docs)
     factored = [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
                 and any("onednn_hidden_factor" in st for st in docs[i].get("structures", {}).values())]
     winner: dict = {}
