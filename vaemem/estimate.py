@@ -294,13 +294,14 @@ def _layer(docs: list) -> dict:
     # lines: one without onednn_hidden_factor would price another layer's oneDNN lines, fitted with it, at 1 (under).
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     for i in onednn[1:]:
-        if docs[i]["schema_version"] != docs[onednn[0]]["schema_version"]:
-            (o, a), (n, b) = sorted((docs[k]["schema_version"], k + 1) for k in (onednn[0], i))
-            raise ValueError(f"coefficients layers {a} and {b} hold oneDNN lines of schemas {o} and {n}, which are "
-                             f"priced differently and cannot be layered; refit layer {a} with `vaemem fit`")
+        first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
+        if this != first:
+            raise ValueError(f"coefficients layers {onednn[0] + 1} and {i + 1} hold oneDNN lines of schemas {first} "
+                             f"and {this}, which are priced differently and cannot be layered; refit layer "
+                             f"{onednn[0] + 1 if first < this else i + 1} with `vaemem fit`")
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
-    # the oneDNN lines' schema where any are (the only lines whose pricing reads it), else the oldest layer's
-    out["schema_version"] = docs[onednn[0]]["schema_version"] if onednn else min(d["schema_version"] for d in docs)
+    # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
+    out["schema_version"] = min(d["schema_version"] for d in docs)
     factored = [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
                 and any("onednn_hidden_factor" in st for st in docs[i].get("structures", {}).values())]
     winner: dict = {}
@@ -328,7 +329,10 @@ def _layer(docs: list) -> dict:
             calibrations[cid] = merged
     out.update(models=models, structures=structures, groups=list(groups.values()),
                calibrations=list(calibrations.values()))
-    return validate(out, "layered coefficients", layered=True)
+    merged = validate(out, "layered coefficients", layered=True)
+    if onednn:  # priced by the oneDNN lines' schema, the only lines whose pricing reads it
+        merged["schema_version"] = docs[onednn[0]]["schema_version"]
+    return merged
 
 
 def _has_onednn(doc: dict) -> bool:
@@ -574,7 +578,7 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to 9) field by field and index it for pricing. Raises ValueError
+    """Check a coefficient document (schema 3 to 10) field by field and index it for pricing. Raises ValueError
     naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
     slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
