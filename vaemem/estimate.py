@@ -572,7 +572,8 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
                         ("allocator", ALLOCATORS), ("os", OSES)):
         _need(d[name] in valid, f"{where}.{name}", "one of " + ", ".join(valid), d[name])
     if d["conv_backend"] == AMX_BACKEND:
-        _need(amx, f"{where}.conv_backend", "not in a file of schema 7 or older (from schema 8)", d["conv_backend"])
+        _need(amx, f"{where}.conv_backend", "another backend in a file of schema 7 or older "
+              "(onednn-amx is a key from schema 8)", d["conv_backend"])
         _need(d["dtype"] != "fp32", f"{where}.conv_backend", "half precision only (fp32 on a CPU with AMX runs as "
               "onednn)", d["conv_backend"])
 
