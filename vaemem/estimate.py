@@ -117,9 +117,8 @@ WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 # On the same backends an op holds buffers beyond its output while it runs (a convolution its output's reorder, a
 # half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
 # multiple of the plain one (constant for an image architecture, for a video one in size, not quite in clip length),
-# its structure's ``onednn_hidden_factor`` (the largest over its grid), and
-# the lines there are in that dry run, a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image
-# architectures' demand / dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
+# its structure's ``onednn_hidden_factor`` (the largest over its grid), and the lines there are in that dry run,
+# a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image architectures' demand / dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
 # every other, under a transfer), HunyuanVideo's 1.27-1.47x against the Wans' 1.15-1.36x (0.92-1.07x, 0.99-1.29x
 # in the dry run with them).
 # torch's use_mkldnn: an fp32 convolution of batch 1, groups 1 and a kernel of at most 3 in an inner dim runs on
@@ -304,7 +303,7 @@ def _layer(docs: list) -> dict:
     out["schema_version"] = min(d["schema_version"] for d in docs)
     factored = [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
                 and any("onednn_hidden_factor" in st for st in docs[i].get("structures", {}).values())]
-    winner: dict = {}
+    winner: dict = {}  # per structure key, (the first layer that has it, its structure): the one that serves
     for i, d in enumerate(docs):
         for key, st in d.get("structures", {}).items():
             winner.setdefault(key, (i, st))
@@ -315,12 +314,12 @@ def _layer(docs: list) -> dict:
                              f"layer {others[0] + 1}'s oneDNN lines are priced with; refit layer {i + 1} with "
                              f"`vaemem fit` (from a dry-run cache with onednn_peak_bytes)")
     models: dict = {}
-    structures, groups = {}, {}
+    groups: dict = {}
     calibrations: dict = {}
+    structures = {key: st for key, (_, st) in winner.items()}
     for d in reversed(docs):
         for name, m in d["models"].items():  # field by field: an older layer's entry keeps the fields it lacks
             models[name] = {**models.get(name, {}), **m}
-        structures.update(d.get("structures", {}))
         groups.update(d["_index"])
         for cid, c in d["_calib"].items():
             old = calibrations.get(cid)
@@ -1787,8 +1786,9 @@ def onednn_hidden_factor(backend: str, *structures: dict | None) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
     the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (the math path's as well) on a
     oneDNN backend, else 1 (other backends; a file of schema 8 or older: none). A tiled request takes its untiled
-    structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never traced, and the tiled demand / dry run follows the untiled factor
-    (HunyuanVideo's bf16 decode 1.442 at 1.443, Wan 2.1's 1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
+    structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never traced, and
+    the tiled demand / dry run follows the untiled factor (HunyuanVideo's bf16 decode 1.442 at 1.443, Wan 2.1's
+    1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
     if backend not in WEIGHT_COPY_BACKENDS:
         return 1.0
     return max([1.0] + [s["onednn_hidden_factor"] for s in structures if s and "onednn_hidden_factor" in s])
