@@ -2,13 +2,15 @@
 
     python benchmarks/cpu_hidden_ops.py [MODEL OP DTYPE SIDE ...]   # Linux; re-runs itself under glibc-fixed
     python benchmarks/cpu_hidden_ops.py hunyuanimage-2.1 encode bf16 512
+    python benchmarks/cpu_hidden_ops.py --convs MODEL OP DTYPE WIDTH HEIGHT FRAMES   # call by call
 
 A dry run counts the tensors each op returns; an op's own buffers (a convolution's reorders, a reduction's
 upcast) are invisible to it. This runs the op once on real CPU tensors (a zoo model built from its config,
 seeded, warmed by a first call) under a dispatch mode that, around every aten op, resets the resident peak
 (``/proc/self/clear_refs``) and reads it after: the op's peak above the resident size before it, less the bytes
 of what it returned, is what it held beyond its output. Prints, per aten op, its calls, the most it held so and
-its largest output, in MiB.
+its largest output, in MiB. ``--convs`` prints each convolution call instead (its input and weight shapes, what it
+held beyond its output, its output and input), the 12 that held the most.
 
 Found on 2026-12-03 (AMD EPYC, AVX512-BF16, no AMX, torch 2.13.0; 1 min for the three defaults):
 HunyuanImage-2.1's bf16 encode at 512 px, whose demand is 1.85-2.12x its dry run where the other image encoders'
@@ -21,6 +23,14 @@ demand is 1.01-1.13x its dry run: its means run when few tensors are live. And a
 output (``sd15 decode bf16 512``: 256 MiB beyond a 128 MiB output; fp32, once: 258 beyond 256). The dry run counts
 none of these, so left out by architecture HunyuanImage-2.1's bf16 encode is priced from the others' factors at
 0.70.
+
+Call by call (``--convs``, 2026-12-04, the same EPYC): the per-op maxima above mix calls. A bf16 convolution holds
+a copy of its input, two for a 1x1 kernel: SD1.5's decoder at 512 px (``--convs sd15 decode bf16 512 512 1``)
+holds 129 MiB beyond the 256->256 3x3 convolution's 128 MiB output (its input 128), 128 beyond the 256->128 one's
+64 (input 128) and 256 beyond the 1x1 256->128 shortcut's 64 (input 128, twice): the "256 beyond 128" above is the
+shortcut's hold beside another call's output. Wan 2.1's causal 3x3x3 convolutions (``--convs wan21 decode bf16 256
+160 9``) hold their padded input, 46 MiB beyond a 30 MiB output (1.54x). That is the rule of a CPU without AMX
+(``vaemem.tracing.counter.onednn_hidden_bytes(amx=False)``); the AMX Xeon's lines keep twice the output.
 """
 
 from __future__ import annotations
@@ -69,8 +79,49 @@ def run(model: str, op: str, dtype: str, side: int) -> dict[str, list[int]]:
     return rows
 
 
+def convs(model: str, op: str, dtype: str, width: int, height: int, frames: int) -> list[tuple]:
+    """Per convolution call: (input shape, weight shape, bytes held beyond its output, output bytes, input bytes)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from vaemem.models.build import DTYPES, build_model, input_shape, run_op
+    from vaemem.models.zoo import get_spec
+
+    calls: list[tuple] = []
+
+    class Held(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+            _reset_peak()
+            before = _status("VmRSS") * MIB
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.convolution.default:
+                returned = out.untyped_storage().nbytes()
+                calls.append((tuple(args[0].shape), tuple(args[1].shape),
+                              _status("VmHWM") * MIB - before - returned, returned, args[0].untyped_storage().nbytes()))
+            return out
+
+    spec = get_spec(model)
+    m = build_model(spec, op, "cpu", dtype, seed=0)
+    x = torch.randn(input_shape(spec, op, width, height, 1, frames)).to(DTYPES[dtype])
+    with torch.no_grad():
+        run_op(m, op, x)  # warm
+        with Held():
+            run_op(m, op, x)
+    return calls
+
+
 def main(argv: list[str]) -> None:
     _reset_peak()
+    if argv[:1] == ["--convs"]:
+        if len(argv) != 7:
+            sys.exit("error: --convs MODEL OP DTYPE WIDTH HEIGHT FRAMES")
+        model, op, dtype, w, h, f = argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6])
+        print(f"{model} {op} {dtype} {w}x{h} x {f}, glibc-fixed; each convolution call, MiB")
+        print(f"{'input':28s} {'weight':22s} {'held':>8s} {'output':>8s} {'input':>8s} {'held/input':>10s}")
+        for x, wt, held, out, inp in sorted(convs(model, op, dtype, w, h, f), key=lambda c: -c[2])[:12]:
+            print(f"{str(x):28s} {str(wt):22s} {held / MIB:8.1f} {out / MIB:8.1f} {inp / MIB:8.1f} "
+                  f"{held / inp:10.2f}")
+        return
     if argv and len(argv) % 4:
         sys.exit("error: give points as MODEL OP DTYPE SIDE, four words each")
     points = [(argv[i], argv[i + 1], argv[i + 2], int(argv[i + 3])) for i in range(0, len(argv), 4)] or DEFAULT

@@ -65,8 +65,16 @@ def fake_launcher() -> FakeLauncher:
 
 def as_schema(doc: dict, version: int) -> dict:
     """``doc`` (a coefficient document) relabelled as a file of an older schema ``version``, in place: before
-    schema 8 no file held the onednn-amx key, so its groups and calibrations go."""
+    schema 8 no file held the onednn-amx key, so its groups and calibrations go; before 11 no structure held the
+    factor of a CPU without AMX, and no own line a copy branch."""
     doc["schema_version"] = version
-    doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
-    doc["calibrations"] = [c for c in doc.get("calibrations", []) if c["conv_backend"] != "onednn-amx"]
+    if version < 8:
+        doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
+        doc["calibrations"] = [c for c in doc.get("calibrations", []) if c["conv_backend"] != "onednn-amx"]
+    if version < 11:  # nor an own line its copy branch
+        for s in doc.get("structures", {}).values():
+            s.pop("onednn_hidden_factor_no_amx", None)
+        for c in doc.get("calibrations", []):
+            for line in c["architectures"].values():
+                line.pop("copy_line", None)
     return doc

@@ -307,6 +307,23 @@ def test_estimate_budget_on_the_cli():
     assert f"largest tile that fits: {r['tile']} px" in res.output and "spatial tiling only" in res.output
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_budget_nothing_fits_exits_1_with_the_answer_printed(as_json):
+    """A script asking what fits must not read "nothing" as success; the untiled fit alone exits 0."""
+    args = ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "bf16", "--backend", "cudnn",
+            "--allocator", "native", "--os", "linux"] + (["--json"] if as_json else [])
+    small = min(est.largest_tile("flux1", "decode", 2048, 2048, 2**40, **GPU)["priced"].values()) / MIB
+    res = runner.invoke(app, args + ["--budget", f"{small * 0.99:.3f}"])
+    assert res.exit_code == 1, res.output
+    if as_json:
+        got = json.loads(res.output)["budget"]
+        assert got["tile"] is None and not got["untiled_fits"]
+    else:
+        assert "no tile fits" in res.output and "does not fit" in res.output and "Traceback" not in res.output
+    assert runner.invoke(app, args + ["--budget", f"{small * 1.01:.3f}"]).exit_code == 0
+    assert runner.invoke(app, args + ["--budget", "1000000"]).exit_code == 0  # untiled fits
+
+
 # ---- layered files, the cast term --------------------------------------------------------------------------------
 
 def test_a_rig_owners_fit_layered_over_the_packaged_one_wins_for_its_groups(tmp_path):
@@ -458,7 +475,7 @@ def _older(version: int) -> dict:
 ONEDNN = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
 
 
-@pytest.mark.parametrize("version", [5, 7, 8, 9])
+@pytest.mark.parametrize("version", [5, 7, 8, 9, 10])
 def test_onednn_lines_of_different_schemas_are_refused(version):
     """The oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers) and 10
     (tiled as well), and a layered document prices them by one schema: an older file's oneDNN lines beside the
@@ -477,14 +494,15 @@ def test_onednn_lines_of_different_schemas_are_refused(version):
     assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, None], **ONEDNN).bytes == shipped.bytes
 
 
-@pytest.mark.parametrize("version", [5, 7, 8, 9])
+@pytest.mark.parametrize("version", [5, 7, 8, 9, 10, 11])
 def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_the_factor(version):
     """An older file of aten's lines only (a GPU rig owner's would be cuDNN's) beside the packaged one: after it,
     the packaged structures win every key and the oneDNN prices (with AMX as well: the document is of the oneDNN
     lines' schema: the packaged tiled lines keep their factor) are the packaged ones. Put
     first, its structures win: those of schema 7 or 8 carry no factor and would price the packaged oneDNN lines at
-    1 (HunyuanVideo's bf16 decode 0.69x): refused, naming the structure; schema 9's carry it and layer, its aten
-    lines winning."""
+    1 (HunyuanVideo's bf16 decode 0.69x): refused, naming the structure; schema 9's and 10's carry it, but their
+    half-precision ones lack the factor of a CPU without AMX (the packaged bf16 lines there would take the AMX
+    rule's): refused, naming it; one of the packaged schema layers, its aten lines winning."""
     old = _without_onednn(_older(version))
     amx = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
     for kw, args in ((ONEDNN, ("hunyuanvideo", "decode", 320, 192)), (amx, ("flux2", "encode", 768, 768)),
@@ -497,15 +515,31 @@ def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_
     for c in old["calibrations"]:  # its own aten lines, 2x the packaged ones, to tell whose line priced
         for line in (c["class"], *c["architectures"].values(), *c.get("transfer_lines", {}).values()):
             line["dry_factor"] *= 2
-    if version < 9:
-        with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled\S* has no "
-                                             r"onednn_hidden_factor, which layer 2's oneDNN lines are priced with; "
+    if version < est.NO_AMX_SCHEMA:
+        field = "onednn_hidden_factor" if version < 9 else "onednn_hidden_factor_no_amx"
+        with pytest.raises(ValueError, match=rf"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled\S* has no "
+                                             rf"{field}, which layer 2's oneDNN lines are priced with; "
                                              r"refit layer 1"):
             est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
     else:
         first = est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
         assert first.bytes == est.explain("sd15", "decode", 512, 512, coefficients=old, **aten).bytes
         assert first.bytes > est.explain("sd15", "decode", 512, 512, **aten).bytes
+
+
+def test_a_newer_structure_serves_older_onednn_lines_by_their_schemas_factor():
+    """A file of the packaged schema without oneDNN lines (a GPU rig owner's) put first over a schema-10 file of
+    oneDNN lines: its half-precision structures win, with the factor of a CPU without AMX, but the document is
+    priced by the oneDNN lines' schema, whose lines were fitted with the AMX rule's factor: the one it takes."""
+    mine, ten = _without_onednn(json.loads(PACKAGED.read_text())), _older(10)
+    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")
+    alone = est.explain("sd15", "decode", 1024, 1024, coefficients=ten, **kw)
+    layered = est.explain("sd15", "decode", 1024, 1024, coefficients=[mine, ten], **kw)
+    factor = ten["structures"]["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]
+    assert (layered.bytes, layered.reason) == (alone.bytes, alone.reason)
+    assert f"x {factor:.4g} for the buffers oneDNN's ops hold" in layered.reason
+    shipped = est.explain("sd15", "decode", 1024, 1024, **kw)
+    assert f"x {factor:.4g} for the buffers" not in shipped.reason  # the packaged file's own: the other factor
 
 
 def test_a_structure_without_the_factor_is_refused_wherever_it_wins():

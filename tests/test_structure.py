@@ -207,9 +207,33 @@ def test_the_onednn_hidden_factor_holds_at_sizes_the_grid_never_traced(committed
     assert fresh.onednn_peak_bytes <= k * fresh.peak_bytes
 
 
+@pytest.mark.parametrize("name,op,w,h,frames,batch,within", [
+    ("sd15", "decode", 896, 640, 1, 1, 1e-4),
+    ("hunyuanimage-2.1", "encode", 1024, 768, 1, 1, 1e-4),
+    ("sana-dc-ae", "decode", 1024, 1024, 1, 2, 1e-4),
+    ("wan21", "decode", 448, 320, 1, 1, 0.01),   # a one-frame clip holds the most without AMX
+    ("wan21", "decode", 448, 320, 21, 1, 0.14),  # its clips 1.04: the largest of the grid over-states them
+], ids=lambda v: str(v))
+def test_the_factor_without_amx_holds_at_sizes_the_grid_never_traced(committed_structures, name, op, w, h, frames,
+                                                                   batch, within):
+    """The same for the factor of a CPU without AMX tiles (bf16): a constant for an image architecture, an upper
+    bound for a video one, whose one-frame clips hold the most (Wan 2.1's 1.17, its clips 1.04)."""
+    s = committed_structures[est.structure_key(name, op, "bf16", False)]
+    fresh = trace(TraceSpec(name, op, "bf16", w, h, batch=batch, frames=frames))
+    k = s["onednn_hidden_factor_no_amx"]
+    assert fresh.onednn_peak_bytes_no_amx / fresh.peak_bytes == pytest.approx(k, abs=within)
+    assert fresh.onednn_peak_bytes_no_amx <= k * fresh.peak_bytes
+
+
 def test_every_untiled_structure_carries_a_onednn_hidden_factor_and_no_tiled_one(committed_structures):
     carry = {k for k, s in committed_structures.items() if "onednn_hidden_factor" in s}
     assert carry == {k for k in committed_structures if "/untiled" in k}
+    # the factor of a CPU without AMX on the half-precision ones: below the AMX rule's for the image architectures
+    # (a copy of a 3x3 convolution's input, not twice its output), above it for a video one's one-frame clips
+    no_amx = {k: s["onednn_hidden_factor_no_amx"] for k, s in committed_structures.items()
+              if "onednn_hidden_factor_no_amx" in s}
+    assert set(no_amx) == {k for k in carry if "/bf16/" in k} and all(f >= 1 for f in no_amx.values())
+    assert no_amx["sd15/decode/bf16/untiled"] < committed_structures["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]
 
 
 def test_a_tiny_structure_reproduces_its_own_dry_runs():
@@ -585,7 +609,7 @@ def test_a_tiled_request_takes_its_untiled_structures_onednn_factor():
     e = est.explain("sd15", "decode", 1024, 1024, tile=512, attention="math", coefficients=raised, **kw)
     assert f"x {fused + 0.1:.4g} for the buffers oneDNN's ops hold" in e.reason
     tiled = est.explain("sd15", "decode", 1024, 1024, tile=512, **kw)
-    nine = {**json.loads(PACKAGED.read_text()), "schema_version": 9}
+    nine = as_schema(json.loads(PACKAGED.read_text()), 9)
     old = est.explain("sd15", "decode", 1024, 1024, tile=512, coefficients=nine, **kw)
     plain = est.dry_run_bytes(doc, "sd15", "decode", 1024, 1024, tile=512, dtype="bf16")
     assert "for the buffers oneDNN's ops hold" not in old.reason and f"dry-run peak {plain / MIB:.0f} MiB" in old.reason
@@ -598,6 +622,41 @@ def test_a_tiled_request_takes_its_untiled_structures_onednn_factor():
     for p in (point, {**point, "slicing": True}, {**point, "tile": 256}):
         assert co.hidden_of(p, key, doc["structures"]) == factor
     assert co.hidden_of({**point, "tile": 256}, {**key, "conv_backend": "cudnn"}, doc["structures"]) == 1.0
+
+
+def test_a_cpu_without_amx_prices_half_precision_by_its_own_factor():
+    """From schema 11 a half-precision untiled structure carries the factor of a CPU without AMX tiles (its
+    convolutions hold a copy of their input, not twice their output): a bf16 request on ``onednn`` says it, on
+    ``onednn-amx`` the AMX one, in fp32 both say the one factor; the fit reads a point the same way. A file of an
+    older schema, or an fp32 structure, holding it is refused."""
+    doc = est.load(PACKAGED)
+    half, full = doc["structures"]["sd15/decode/bf16/untiled"], doc["structures"]["sd15/decode/fp32/untiled"]
+    amx, no_amx = half["onednn_hidden_factor"], half["onednn_hidden_factor_no_amx"]
+    assert 1 < no_amx < amx and "onednn_hidden_factor_no_amx" not in full
+    kw = dict(dtype="bf16", allocator="glibc-fixed", os="linux")
+    # a tiled request takes its untiled structure's; SD1.5's tiled bf16 was measured with AMX only, and the AMX
+    # lines that price it on a CPU without AMX (an upper bound, said so) are in the AMX rule's dry run
+    for backend, tile, k in (("onednn", None, no_amx), ("onednn-amx", None, amx), ("onednn-amx", 512, amx),
+                             ("onednn", 512, amx)):
+        e = est.explain("sd15", "decode", 1024, 1024, backend=backend, tile=tile, **kw)
+        assert e.source == "measured" and f"x {k:.4g} for the buffers oneDNN's ops hold" in e.reason
+        assert ("an upper bound here" in e.reason) == (backend == "onednn" and tile is not None)
+    wan = doc["structures"]["wan21/encode/bf16/untiled"]["onednn_hidden_factor_no_amx"]  # tiled, measured without
+    e = est.explain("wan21", "encode", 768, 512, frames=9, backend="onednn", tile=512, **kw)  # AMX (campaign 22)
+    assert f"x {wan:.4g} for the buffers oneDNN's ops hold" in e.reason and "an upper bound" not in e.reason
+    e = est.explain("sd15", "decode", 1024, 1024, backend="onednn", **{**kw, "dtype": "fp32"})
+    assert f"x {full['onednn_hidden_factor']:.4g} for the buffers" in e.reason
+    point = dict(tile=None, attention="fused", slicing=False)
+    key = dict(architecture="sd15", op="decode", dtype="bf16", conv_backend="onednn")
+    assert co.hidden_of(point, key, doc["structures"]) == no_amx
+    assert co.hidden_of(point, {**key, "conv_backend": "onednn-amx"}, doc["structures"]) == amx
+    assert est.onednn_hidden_factor("onednn", half, no_amx=False) == amx
+    for version, name in ((10, "sd15/decode/bf16/untiled"), (11, "sd15/decode/fp32/untiled")):
+        bad = as_schema(json.loads(PACKAGED.read_text()), version)
+        bad["structures"][name]["onednn_hidden_factor_no_amx"] = 1.2
+        with pytest.raises(ValueError, match=rf"structures.{name}.onednn_hidden_factor_no_amx must be absent "
+                                             r"\(a field of half-precision structures from schema 11\)"):
+            est.load(bad)
 
 
 def test_a_sliced_request_takes_its_untiled_structures_factor():
@@ -875,6 +934,63 @@ def test_a_whole_demand_own_line_adds_only_a_transient_beyond_the_largest_its_po
     steps = [(d, d, 1.2 * d + 30 * MIB + t * MIB, False, 256 * 256, t * MIB) for d, t in zip(dry, (0, 432, 0, 432))]
     net = co.own_line(steps, 0.05, True)
     assert "transient_seen_bytes" not in net and net["weight_copy_factor"] == 1.05
+
+
+def test_a_weight_copy_held_among_few_live_tensors_gets_a_copy_branch():
+    """Known answer: an architecture whose convolution holds a 400 MiB weight copy from 120 MiB dry runs up (an
+    im2col buffer of 15 MiB below), held while 20 MiB + 0.1 x its dry run are live, its live tensors' peak 1.04 x
+    dry + 20 MiB elsewhere: demand = max(1.04 x dry + 20, transient + 0.1 x dry + 20) MiB, dry runs of 20-1200 MiB
+    (LTX's decoders, campaign 23). The lines of the sum (less the transients, or on the whole demand with a floor)
+    over-reserve by 1.3x or more; the own line is the larger of a live line and a copy branch (the points whose
+    transient is at least their dry run), which recovers both laws (within the margin and the rounding), covers
+    every point and prices a request by the larger of the two."""
+    sizes = [d * MIB for d in (20, 50, 120, 250, 380, 700, 950, 1200)]
+    held = lambda d: 15 * MIB if d < 100 * MIB else 400 * MIB  # noqa: E731
+    demand = lambda d: max(1.04 * d + 20 * MIB, held(d) + 0.1 * d + 20 * MIB)  # noqa: E731
+    rows = [(d, d, demand(d), False, 256 * 256, held(d)) for d in sizes]
+    line = co.own_line(rows, 0.05, True)
+    net = co.calibration_line(rows, 0.05, floor=True, weight_copy=True)
+    plain = co.calibration_line(rows, 0.05, floor=True)
+    assert min(net["worst_ratio"], plain["worst_ratio"]) > 1.3
+    branch = line["copy_line"]
+    assert line["weight_copy_factor"] == 0.0 and branch["weight_copy_factor"] == 1.05
+    assert line["dry_factor"] == pytest.approx(1.04 * 1.05, abs=0.002) and line["worst_ratio"] <= 1.06
+    assert branch["dry_factor"] == pytest.approx(0.1 * 1.05, abs=0.002)
+    at = lambda ln, d, t: est.calibration_bytes(ln, d, d, False, 256 * 256, t)  # noqa: E731
+    assert all(r[2] <= at(line, r[0], r[5]) <= 1.06 * r[2] for r in rows)
+    for d in (30 * MIB, 600 * MIB, 2000 * MIB):  # the larger of the two laws, margin on top, at any request
+        assert demand(d) <= at(line, d, held(d)) <= 1.06 * demand(d)
+    # every transient below the dry-run peak (an image architecture's weight copies): no branch
+    small = [(d, d, 1.2 * d + 30 * MIB, False, 256 * 256, 10 * MIB) for d in sizes]
+    assert "copy_line" not in co.own_line(small, 0.05, True)
+
+
+def test_the_copy_branch_is_read_where_it_may_be_and_says_when_it_prices():
+    """The packaged LTX-2 fp32 decode line has a copy branch: at 512x320 x 9 frames (a 432 MiB copy, a 270 MiB dry
+    run) it prices and the reason says so; at 1024x576 x 9 the live line does. A copy branch in a file of schema 10,
+    on a class line, one that adds no transient, or one with its own branch is refused."""
+    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    doc = json.loads(PACKAGED.read_text())
+    cid = "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+    (i, cal), = [(i, c) for i, c in enumerate(doc["calibrations"]) if c["calibration"] == cid]
+    own = cal["architectures"]["ltx-2"]
+    assert own["copy_line"]["weight_copy_factor"] == 1.05 and own["weight_copy_factor"] == 0
+    copy = est.explain("ltx-2", "decode", 512, 320, **kw)
+    assert copy.source == "measured" and "the copy branch" in copy.reason
+    live = est.explain("ltx-2", "decode", 1024, 576, **kw)
+    assert "its copy branch prices it, less here" in live.reason and "the copy branch (" not in live.reason
+    for change, message in (
+            (lambda d: d.update(schema_version=10), r"must be only on an own line on onednn, onednn-amx \(from "
+                                                     r"schema 11\)"),
+            (lambda d: d["calibrations"][i]["class"].update(copy_line=own["copy_line"]), "only on an own line"),
+            (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(weight_copy_factor=0),
+             "weight_copy_factor must be at least 1"),
+            (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(
+                copy_line=own["copy_line"]), "must be a line without copy_line")):
+        bad = json.loads(PACKAGED.read_text())
+        change(bad)
+        with pytest.raises(ValueError, match=message):
+            est.load(bad)
 
 
 def test_past_its_last_knot_a_clip_grows_at_least_as_its_output():

@@ -330,12 +330,12 @@ def trace(
         return
     from rich.table import Table
 
-    table = Table("point", "peak MiB", "oneDNN MiB", "output MiB", "input MiB", "attention MiB", "peak in",
-                  "replayed", "s",
+    table = Table("point", "peak MiB", "oneDNN MiB", "without AMX", "output MiB", "input MiB", "attention MiB",
+                  "peak in", "replayed", "s",
                   title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})")
     for r in results:
         table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}",
-                      f"{r.onednn_peak_bytes / MIB:.1f}",
+                      f"{r.onednn_peak_bytes / MIB:.1f}", f"{r.onednn_peak_bytes_no_amx / MIB:.1f}",
                       f"{r.output_bytes / MIB:.1f}",
                       f"{r.input_bytes / MIB:.1f}", f"{r.attention_peak_bytes / MIB:.1f}" if r.attention_peak_bytes
                       else "-", r.peak_module, str(r.replayed_calls), f"{r.wall_s:.2f}")
@@ -737,7 +737,8 @@ def estimate_cmd(
     slicing: bool = typer.Option(False, "--slicing", help="diffusers' enable_slicing: a batch run one sample at "
                                  "a time"),
     budget: Optional[float] = typer.Option(None, help="MiB the app can reserve: also print the largest tile that "
-                                           "fits (the spatial tile; a clip runs in time as its class does by default)"),
+                                           "fits (the spatial tile; a clip runs in time as its class does by "
+                                           "default); exit status 1 where neither the request nor any tile fits"),
     coefficients: Optional[list[Path]] = typer.Option(None, help="coefficient file (default: the packaged one); "
                                                       "repeat to layer files, the first winning per group"),
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
@@ -770,6 +771,7 @@ def estimate_cmd(
         typer.echo(json.dumps({**(e.to_dict() if e else {}), "platform": {"backend": backend, "allocator": allocator,
                                                                            "os": os_, "attention": attention},
                                **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
+        _exit_unless_fits(fit)
         return
     # the request as priced, and the reservation rounded up (an app reading the text must not reserve less)
     request = f"{w}x{h}" + (f" x {frames} frames" if frames > 1 else "") + (f", batch {batch}" if batch > 1 else "") \
@@ -788,6 +790,14 @@ def estimate_cmd(
         best = (f"largest tile that fits: {fit['tile']} px ({fit['tile_bytes'] / MIB:.0f} MiB)" if fit["tile"]
                 else "no tile fits")
         typer.echo(f"budget {budget:g} MiB: {untiled}; {best} (tiles priced, MiB: {tiles}; spatial tiling only)")
+    _exit_unless_fits(fit)
+
+
+def _exit_unless_fits(fit: dict | None) -> None:
+    """Exit status 1 where a budget was asked and neither the untiled request nor any tile fits it: a script
+    asking "what fits?" must not read "nothing" as success (the answer itself is printed, as grep prints none)."""
+    if fit is not None and not fit["untiled_fits"] and fit["tile"] is None:
+        raise typer.Exit(1)
 
 
 def _load_measurements(measurements: list[Path], skip_bad: bool) -> Any:

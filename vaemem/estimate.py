@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 10) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 11) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -55,11 +55,12 @@ an upper bound). The calibration lines price that peak as they find it: they are
 measured points, fused-path ones everywhere and math-path ones where a rig measured them.
 
 On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines are in the dry run with the buffers oneDNN's ops hold while
-they run (a convolution its output's reorder, once in fp32 and twice in half precision; a half-precision mean an
-fp32 copy of its input), ``onednn_hidden_factor`` x the dry-run peak (its untiled structure's, for a tiled request
-as well: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain dry-run peak, the
-live tensors. A file of schema 8 or older has no such factor (its lines are in the plain dry run), one of 9 has it
-for untiled requests only.
+they run (a convolution its output's reorder in fp32; in half precision twice its output with AMX, a copy of its
+input, two for a 1x1 kernel, without; a half-precision mean an fp32 copy of its input), ``onednn_hidden_factor``
+(half precision on ``onednn``: ``onednn_hidden_factor_no_amx``) x the dry-run peak (its untiled structure's, for a
+tiled request as well: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain dry-run
+peak, the live tensors. A file of schema 8 or older has no such factor (its lines are in the plain dry run), one
+of 9 has it for untiled requests only, one of 10 the AMX rule's alone.
 
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
@@ -98,11 +99,18 @@ from collections.abc import Callable
 # reader of 8 would price on the plain dry run (0.52-1.0x at 512 px); a file of 8 is one of 9 whose factors are all 1.
 # 10: the tiled oneDNN lines are in the dry run times the untiled structure's onednn_hidden_factor as well, which a
 # reader of 9 would price on the plain dry run (0.63-0.96x); a file of 9 is one of 10 whose tiled lines take 1.
-SCHEMA_VERSION = 10
+# 11: a half-precision untiled structure carries onednn_hidden_factor_no_amx, the factor on a CPU without AMX tiles
+# (its convolutions hold other buffers: vaemem.tracing.counter.onednn_hidden_bytes), and the half-precision
+# ``onednn`` lines are in the dry run times it, which a reader of 10 would price with onednn_hidden_factor (the AMX
+# rule's, 1.05-1.30x larger); a file of 10 is one of 11 whose structures lack it (onednn_hidden_factor serves).
+# Also from 11 an own line on a weight-copying backend may carry copy_line, its copy branch (the price the larger of
+# the two), which a reader of 10 would ignore, under-pricing the requests whose weight copy outweighs the dry run.
+SCHEMA_VERSION = 11
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10)
+NO_AMX_SCHEMA = 11  # the first whose half-precision onednn lines are in the dry run of a CPU without AMX
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -114,6 +122,9 @@ AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors d
 # run sees. Their lines are fitted on demand less each point's transient and price a request with its own added
 # (:func:`conv_transient_bytes`).
 WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
+# A structure's factors to the dry run with oneDNN's buffers: the first on every oneDNN CPU, the second on one
+# without AMX tiles in half precision (:func:`onednn_hidden_factor`)
+HIDDEN_FACTORS = ("onednn_hidden_factor", "onednn_hidden_factor_no_amx")
 # On the same backends an op holds buffers beyond its output while it runs (a convolution its output's reorder, a
 # half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
 # multiple of the plain one (constant for an image architecture, for a video one in size, not quite in clip length),
@@ -288,9 +299,10 @@ def _layer(docs: list) -> dict:
     holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
     so the widest pool sets them."""
     # the oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers, untiled)
-    # and 10 (tiled as well), and the document prices them by one schema's contract: the layers holding them must
-    # share it (only those lines read the schema). The first layer's structure of a key serves every layer's
-    # lines: one without onednn_hidden_factor would price another layer's oneDNN lines, fitted with it, at 1 (under).
+    # 10 (tiled as well) and 11 (half precision without AMX by its own rule), and the document prices them by one
+    # schema's contract: the layers holding them must share it (only those lines read the schema). The first layer's
+    # structure of a key serves every layer's lines: one without onednn_hidden_factor would price another layer's
+    # oneDNN lines, fitted with it, at 1 (under); one without onednn_hidden_factor_no_amx by the AMX rule.
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     for i in onednn[1:]:
         first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
@@ -301,18 +313,19 @@ def _layer(docs: list) -> dict:
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
     out["schema_version"] = min(d["schema_version"] for d in docs)
-    factored = [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
-                and any("onednn_hidden_factor" in st for st in docs[i].get("structures", {}).values())]
+    factored = {f: [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
+                    and any(f in st for st in docs[i].get("structures", {}).values())] for f in HIDDEN_FACTORS}
     winner: dict = {}  # per structure key, (the first layer that has it, its structure): the one that serves
     for i, d in enumerate(docs):
         for key, st in d.get("structures", {}).items():
             winner.setdefault(key, (i, st))
     for key, (i, st) in sorted(winner.items()):
-        others = [j for j in factored if j != i]
-        if "/untiled" in key and "onednn_hidden_factor" not in st and others:
-            raise ValueError(f"coefficients layer {i + 1}'s structure {key} has no onednn_hidden_factor, which "
-                             f"layer {others[0] + 1}'s oneDNN lines are priced with; refit layer {i + 1} with "
-                             f"`vaemem fit` (from a dry-run cache with onednn_peak_bytes)")
+        for f, cached in zip(HIDDEN_FACTORS, ("onednn_peak_bytes", "onednn_peak_bytes_no_amx")):
+            others = [j for j in factored[f] if j != i]
+            if "/untiled" in key and f not in st and others and not (f == HIDDEN_FACTORS[1] and "/fp32/" in key):
+                raise ValueError(f"coefficients layer {i + 1}'s structure {key} has no {f}, which layer "
+                                 f"{others[0] + 1}'s oneDNN lines are priced with; refit layer {i + 1} with "
+                                 f"`vaemem fit` (from a dry-run cache with {cached})")
     models: dict = {}
     groups: dict = {}
     calibrations: dict = {}
@@ -386,10 +399,11 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
     return v
 
 
-def _check_line(line: dict, where: str, small: bool = False, strict: bool = False) -> None:
+def _check_line(line: dict, where: str, small: bool = False, strict: bool = False, branch: bool = False) -> None:
     """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
     price are required, and ``small`` is there exactly where points below the domain were (a line that lost
-    either would price silently otherwise)."""
+    either would price silently otherwise). ``branch``: an own line's ``copy_line``, which may be flat (the
+    transient it adds grows; its live line prices the larger requests)."""
     for name in ("dry_factor", "per_sample_factor", "base_bytes"):
         _field(line, name, where, "num>=0")
     _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
@@ -407,7 +421,7 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
         _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True)
-    if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small:  # the small line may be flat: past its
+    if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be flat: past its
         # points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
                          f": the line would not grow with the dry-run peak")
@@ -508,9 +522,10 @@ def _check_structure(s: dict, where: str) -> None:
               f"{len(knots)} non-negative numbers", o)
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
-    if "onednn_hidden_factor" in s:  # at most 2.0 seen (HunyuanImage-2.1's bf16 encode: its means' fp32 copies)
-        h = _field(s, "onednn_hidden_factor", where, "num")
-        _need(1 <= h <= 3, f"{where}.onednn_hidden_factor", "a number from 1 to 3", h)
+    for name in HIDDEN_FACTORS:  # at most 2.0 seen (HunyuanImage-2.1's bf16 encode: its means' fp32 copies)
+        if name in s:
+            h = _field(s, name, where, "num")
+            _need(1 <= h <= 3, f"{where}.{name}", "a number from 1 to 3", h)
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
         # a law grows with the size (its constant may be below zero: the slopes are rounded up)
@@ -578,7 +593,7 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to 10) field by field and index it for pricing. Raises ValueError
+    """Check a coefficient document (schema 3 to 11) field by field and index it for pricing. Raises ValueError
     naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
     slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
@@ -706,6 +721,17 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 else:  # the lines a transfer takes are fitted less the transients: the copy is never less than itself
                     _need(f >= 1, f"{w}.{name}.weight_copy_factor", "at least 1 (the copy itself, the margin on "
                           "top)", f)
+            if "copy_line" in line:  # from 11 an own line's copy branch, fitted on what the transient leaves
+                _need(own and copies and (version >= NO_AMX_SCHEMA or layered), f"{w}.{name}.copy_line",
+                      f"only on an own line on {', '.join(WEIGHT_COPY_BACKENDS)} (from schema {NO_AMX_SCHEMA})",
+                      "present")
+                branch = _field(line, "copy_line", f"{w}.{name}", "dict")
+                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True)
+                _need(_field(branch, "weight_copy_factor", f"{w}.{name}.copy_line", "num>=0") >= 1,
+                      f"{w}.{name}.copy_line.weight_copy_factor", "at least 1 (it adds the transient)",
+                      branch["weight_copy_factor"])
+                _need("copy_line" not in branch and "transient_seen_bytes" not in branch,
+                      f"{w}.{name}.copy_line", "a line without copy_line or transient_seen_bytes", "one with them")
             if "transient_seen_bytes" in line:  # from 7 a whole-demand own line says which transients it priced
                 # (read at any version: layered over an older file, it keeps it)
                 _need(own and line.get("weight_copy_factor", 0) >= 1, f"{w}.{name}.transient_seen_bytes",
@@ -715,6 +741,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
         _check_structure(st, f"{source}: structures.{name}")
+        if "onednn_hidden_factor_no_amx" in st:  # an older file's lines were fitted without it: never read there
+            _need((layered or version >= NO_AMX_SCHEMA) and name.split("/")[2:3] != ["fp32"],
+                  f"{source}: structures.{name}.onednn_hidden_factor_no_amx", "absent (a field of half-precision "
+                  f"structures from schema {NO_AMX_SCHEMA})", st["onednn_hidden_factor_no_amx"])
         op = name.split("/")[1] if name.count("/") >= 3 else None
         if isinstance(st.get("windows"), dict):  # a window loop is the op's own (decode and encode step differently)
             _need(st["windows"]["op"] == op, f"{source}: structures.{name}.windows.op", f"{op!r}, its key's op",
@@ -1458,10 +1488,6 @@ class _Plan:
                     raise ValueError(f"no math-attention dry-run structure of {model} {op} {dtype} in this "
                                      f"coefficient file: the math attention path's score matrices cannot be priced")
                 self.attn = compile_structure(a)
-        # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor):
-        # the untiled structure's, the math path's as well; a tiled request's lines there from schema 10
-        self.hidden = 1.0 if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else onednn_hidden_factor(
-            backend, structures.get(structure_key(arch, op, dtype, False)), a)
         # slicing (diffusers' enable_slicing, one sample at a time): the peak of one sample plus the outputs of the
         # samples before it, exact in dry runs; the output's bytes per pixel come from the untiled structure
         self.out = None
@@ -1490,6 +1516,12 @@ class _Plan:
                 and self.group is None):
             key = {**key, "conv_backend": "onednn"}
             self.calib, self.group = _lines(coef, key, kernel)
+        # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor):
+        # the untiled structure's, the math path's as well; a tiled request's lines there from schema 10; the
+        # factor of the lines' platform (an AMX CPU's lines pricing one without AMX: the AMX rule's)
+        self.hidden = 1.0 if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else onednn_hidden_factor(
+            key["conv_backend"], structures.get(structure_key(arch, op, dtype, False)), a,
+            no_amx=coef["schema_version"] >= NO_AMX_SCHEMA)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
@@ -1499,7 +1531,7 @@ class _Plan:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
             self.line = self.own if self.own is not None else self.calib["class"]
-            if self.line.get("weight_copy_factor"):
+            if self.line.get("weight_copy_factor") or "copy_line" in self.line:  # the latter: its copy branch's
                 if "largest_conv_parameters" not in m:
                     raise ValueError(f"this coefficient file's {model} has no largest_conv_parameters, which its "
                                      f"{backend} line adds; refit it with `vaemem fit`")
@@ -1782,16 +1814,21 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
                      width, height, batch, frames, tile)[0]
 
 
-def onednn_hidden_factor(backend: str, *structures: dict | None) -> float:
+def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
     the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (the math path's as well) on a
-    oneDNN backend, else 1 (other backends; a file of schema 8 or older: none). A tiled request takes its untiled
-    structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never traced, and
-    the tiled demand / dry run follows the untiled factor (HunyuanVideo's bf16 decode 1.442 at 1.443, Wan 2.1's
-    1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
+    oneDNN backend, else 1 (other backends; a file of schema 8 or older: none); on ``onednn`` (a CPU without AMX
+    tiles) a half-precision structure's ``onednn_hidden_factor_no_amx`` where it has one and ``no_amx`` (the lines
+    are of schema 11 or newer: a layered document's structure may be newer than its oneDNN lines): its
+    convolutions hold a copy of their input, where the AMX rule counts twice their output. A tiled request takes
+    its untiled structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never
+    traced, and the tiled demand / dry run follows the untiled factor (HunyuanVideo's bf16 decode 1.442 at 1.443,
+    Wan 2.1's 1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
     if backend not in WEIGHT_COPY_BACKENDS:
         return 1.0
-    return max([1.0] + [s["onednn_hidden_factor"] for s in structures if s and "onednn_hidden_factor" in s])
+    field = lambda s: HIDDEN_FACTORS[1] if no_amx and backend == "onednn" and HIDDEN_FACTORS[1] in s \
+        else HIDDEN_FACTORS[0]  # noqa: E731
+    return max([1.0] + [s[field(s)] for s in structures if s and field(s) in s])
 
 
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
@@ -1822,9 +1859,13 @@ def _floored(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
 
 def _line_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
                 copy_bytes: float) -> float:
-    """:func:`calibration_bytes` before the floor of the live tensors."""
-    return _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + \
+    """:func:`calibration_bytes` before the floor of the live tensors; a line with ``copy_line`` the larger of itself
+    and that line with the transient (its copy branch: :func:`vaemem.fit.coefficients.copy_branch_line`)."""
+    v = _line_at(c, dry, dry1, single_frame, frame_pixels)[1] + \
         c.get("weight_copy_factor", 0.0) * max(0.0, copy_bytes - c.get("transient_seen_bytes", 0))
+    if "copy_line" in c:
+        v = max(v, _line_bytes(c["copy_line"], dry, dry1, single_frame, frame_pixels, copy_bytes))
+    return v
 
 
 def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
@@ -1990,6 +2031,12 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         hidden = (f"; its dry-run peak, {live / MIB:.0f} MiB, x {k:.4g} for the buffers oneDNN's ops hold "
                   f"while they run" if k != 1 else "")
         if own is not None:
+            branch = ""
+            if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which
+                args = (dry, one, plan.arch_video and int(frames) == 1, int(width) * int(height), copy)
+                live_branch = {k: v for k, v in own.items() if k != "copy_line"}
+                if _line_bytes(own["copy_line"], *args) > _line_bytes(live_branch, *args):
+                    own, branch = own["copy_line"], "the copy branch (the weight copy outweighs the live tensors) of "
             line = _line_at(own, dry, one, plan.arch_video and int(frames) == 1,
                             int(width) * int(height))[0]
             where = (f"; frames below {own['domain_min_frame_pixels']} px: the line of the points measured there"
@@ -2000,12 +2047,15 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 int(width) * int(height), live=live)
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
-            reason = (f"its own line on {on} ({own['n_points']} points{where}): "
+            reason = (f"{branch}its own line on {on} ({own['n_points']} points{where}): "
                       + _live_floor_says(own, dry, one, single, int(width) * int(height), copy, live)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
-            if copy and seen is not None:  # fitted on the whole demand: its points' transients are in the line
+            if copy and "copy_line" in own:  # its live line, the copy branch below it here
+                reason += (f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is held while few tensors are live: "
+                           f"its copy branch prices it, less here")
+            elif copy and seen is not None:  # fitted on the whole demand: its points' transients are in the line
                 reason += (f" + {own['weight_copy_factor']:.2f} x ({_copy_says(plan, tile)}, {copy / MIB:.1f} MiB,"
                            f" less the {seen / MIB:.1f} MiB its points held)" if copy > seen else
                            f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is within the {seen / MIB:.0f} MiB "

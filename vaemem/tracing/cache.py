@@ -14,7 +14,8 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                                  elements, always, columns, channels-last,
                                                                  fewest elements, their columns], ...]
                                                 (fp32, untiled, fused entries),
-                                                "onednn_peak_bytes": N (untiled unsliced entries)}}}
+                                                "onednn_peak_bytes": N (untiled unsliced entries),
+                                                "onednn_peak_bytes_no_amx": N (those in half precision)}}}
 """
 
 from __future__ import annotations
@@ -51,11 +52,19 @@ def keeps_onednn_peak(spec: TraceSpec) -> bool:
     return spec.tile is None and not spec.slicing
 
 
+def keeps_no_amx_peak(spec: TraceSpec) -> bool:
+    """Whether an entry of ``spec`` records its ``onednn_peak_bytes_no_amx``: the half-precision ones of
+    :func:`keeps_onednn_peak` (in fp32 a CPU without AMX holds what one with AMX does)."""
+    return keeps_onednn_peak(spec) and spec.dtype != "fp32"
+
+
 def complete(entry: dict[str, Any]) -> bool:
     """Whether a cached entry holds every field this vaemem records for it (a resumed ``trace --zoo`` re-runs
     the others)."""
     spec = TraceSpec.from_dict(entry["spec"])
     if keeps_onednn_peak(spec) and "onednn_peak_bytes" not in entry:
+        return False
+    if keeps_no_amx_peak(spec) and "onednn_peak_bytes_no_amx" not in entry:
         return False
     return all(len(c) == CONV_INPUT_FIELDS for c in entry.get("conv_inputs", [[]])) if keeps_conv_inputs(
         spec) else True
@@ -130,9 +139,10 @@ def read_cache(path: str | Path) -> dict[str, Any]:
             raise VaememError(f"{path}: entry {key}: conv_inputs holds two records of one convolution weight shape")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
-        hidden = e.get("onednn_peak_bytes", e["peak_bytes"])
-        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < e["peak_bytes"]:
-            raise VaememError(f"{path}: entry {key}: onednn_peak_bytes must be an integer at least its peak_bytes")
+        for field in ("onednn_peak_bytes", "onednn_peak_bytes_no_amx"):
+            hidden = e.get(field, e["peak_bytes"])
+            if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < e["peak_bytes"]:
+                raise VaememError(f"{path}: entry {key}: {field} must be an integer at least its peak_bytes")
         try:
             spec = TraceSpec.from_dict(e["spec"])
         except TypeError as err:
@@ -177,6 +187,8 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["conv_inputs"] = [list(c) for c in r.conv_inputs]
         if keeps_onednn_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes"] = r.onednn_peak_bytes
+        if keeps_no_amx_peak(r.spec):
+            doc["entries"][r.spec.key]["onednn_peak_bytes_no_amx"] = r.onednn_peak_bytes_no_amx
     write_atomic(path, dumps(doc))
     return doc
 

@@ -19,7 +19,8 @@ copy of the weight, where it does not the buffer, and no dry run sees either
 (``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
 
 And ``onednn_peak``: the peak with, while each op runs, the buffers a CPU op on oneDNN holds beyond its output
-and no tensor shows (:func:`onednn_hidden_bytes`): the dry run's CPU variant.
+and no tensor shows (:func:`onednn_hidden_bytes`): the dry run's CPU variant; ``onednn_peak_no_amx`` the same on
+a CPU without AMX tiles, whose half-precision convolutions hold other buffers.
 On the meta device (``cpu_strides``) it gives 5-D convolutions' and pads' outputs the strides the CPU gives them
 (:func:`_as_on_cpu`), so that format is followed as the CPU follows it.
 """
@@ -122,14 +123,24 @@ def conv_call(args: Any, out: Any) -> tuple[int, int, int, int]:
     return n, always, columns, last
 
 
-def onednn_hidden_bytes(func: Any, args: Any, out: Any) -> int:
-    """Bytes one aten op holds on a CPU's oneDNN beyond the live tensors while it runs, measured op by op
-    (``benchmarks/cpu_hidden_ops.py``, torch 2.13, AVX512 CPUs): a convolution its output's reorder, once in fp32
-    (SD1.5's decoder at 512 px: 258 MiB beyond a 256 MiB output) and twice in half precision (256 beyond 128);
-    a half-precision ``aten.mean.dim`` an fp32 copy of its input and result (HunyuanImage-2.1's encoder at 512 px:
-    160 MiB beyond a 32 MiB output). The weight's reorder is left to ``conv_transient_bytes``, which prices it."""
+def onednn_hidden_bytes(func: Any, args: Any, out: Any, amx: bool = True) -> int:
+    """Bytes one aten op holds on a CPU's oneDNN beyond the live tensors while it runs (``benchmarks/
+    cpu_hidden_ops.py``, torch 2.13): a convolution its output's reorder in fp32 (SD1.5's decoder at 512 px: 258
+    MiB beyond a 256 MiB output); a half-precision ``aten.mean.dim`` an fp32 copy of its input and result
+    (HunyuanImage-2.1's encoder at 512 px: 160 MiB beyond a 32 MiB output). A half-precision convolution, call by
+    call on a CPU without AMX tiles (``amx=False``, the AVX512-BF16 EPYC): a copy of its input, two for a kernel of
+    one element (SD1.5's decoder at 512 px: 128 MiB beyond the 256->128 3x3 convolution's 64 MiB output, 256 MiB
+    beyond the 1x1 one's; Wan 2.1's causal 3x3x3 convolutions their padded input, 1.54x the output); with AMX
+    (``amx=True``, also the rule of every fp32 dry run) twice its output, the rule the AMX Xeon's lines were fitted
+    with (its convolutions were never measured call by call). The weight's reorder is left to
+    ``conv_transient_bytes``, which prices it."""
     if func is _CONVOLUTION:
-        return (1 if out.dtype == torch.float32 else 2) * out.numel() * out.element_size()
+        if out.dtype == torch.float32:
+            return out.numel() * out.element_size()
+        if amx:
+            return 2 * out.numel() * out.element_size()
+        x, w = args[0], args[1]
+        return (2 if w[0, 0].numel() == 1 else 1) * x.numel() * x.element_size()
     if func is _MEAN and args[0].dtype in _HALF:
         return 4 * (args[0].numel() + out.numel())
     return 0
@@ -150,6 +161,7 @@ class LiveBytes(TorchDispatchMode):
         self.where = ""
         self.attention_peak = 0  # peak while inside an attention module (0: none ran)
         self.onednn_peak = 0  # the peak with each op's oneDNN buffers while it runs (onednn_hidden_bytes)
+        self.onednn_peak_no_amx = 0  # the same on a CPU without AMX tiles (differs in half precision only)
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
@@ -187,14 +199,17 @@ class LiveBytes(TorchDispatchMode):
         for t in tensors:
             self.baseline.add(t.untyped_storage()._cdata)
 
-    def bump(self, extra: int, where: str, attention_extra: int = -1, onednn_extra: int = -1) -> None:
+    def bump(self, extra: int, where: str, attention_extra: int = -1, onednn_extra: int = -1,
+             no_amx_extra: int = -1) -> None:
         """Record a transient ``extra`` bytes above the current level (a replayed sub-call's inner peak),
-        ``attention_extra`` above it inside its attention modules (-1: none ran in it) and ``onednn_extra`` with
-        oneDNN's buffers (-1: ``extra``)."""
+        ``attention_extra`` above it inside its attention modules (-1: none ran in it), ``onednn_extra`` with
+        oneDNN's buffers and ``no_amx_extra`` with them on a CPU without AMX (-1: ``extra``)."""
         if self.current + extra > self.peak:
             self.peak = self.current + extra
             self.where = where
         self.onednn_peak = max(self.onednn_peak, self.current + (extra if onednn_extra < 0 else onednn_extra))
+        self.onednn_peak_no_amx = max(self.onednn_peak_no_amx,
+                                      self.current + (extra if no_amx_extra < 0 else no_amx_extra))
         if attention_extra >= 0 and self.current + attention_extra > self.attention_peak:
             self.attention_peak = self.current + attention_extra
 
@@ -220,6 +235,8 @@ class LiveBytes(TorchDispatchMode):
             self.where = self._stack[-1] if self._stack else "(top level)"
         if self.current > self.onednn_peak:
             self.onednn_peak = self.current
+        if self.current > self.onednn_peak_no_amx:
+            self.onednn_peak_no_amx = self.current
         if self._in_attention and self.current > self.attention_peak:
             self.attention_peak = self.current
 
@@ -260,7 +277,7 @@ class LiveBytes(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.track(t)
         if func is _CONVOLUTION or func is _MEAN:
-            hidden = self.current + onednn_hidden_bytes(func, args, out)
-            if hidden > self.onednn_peak:
-                self.onednn_peak = hidden
+            self.onednn_peak = max(self.onednn_peak, self.current + onednn_hidden_bytes(func, args, out))
+            self.onednn_peak_no_amx = max(self.onednn_peak_no_amx,
+                                          self.current + onednn_hidden_bytes(func, args, out, amx=False))
         return out

@@ -542,7 +542,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
     pixel to 1e-3) so the file is deterministic."""
     spec = get_spec(name)
-    peaks, outputs, splits, modules, convs, hidden = {}, {}, {}, {}, {}, {}
+    peaks, outputs, splits, modules, convs, hidden, no_amx = {}, {}, {}, {}, {}, {}, {}
     value = "attention_peak_bytes" if attention == "math" else "peak_bytes"
     unsplit = spec.info.split_convs and attention == "fused" and not tiled
     whole_clip = tiled and spec.info.temporal_windows is not None
@@ -557,6 +557,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
             modules[k] = e.get("peak_module")
             convs[k] = e.get("conv_inputs")
             hidden[k] = e["onednn_peak_bytes"] / e["peak_bytes"] if "onednn_peak_bytes" in e else None
+            no_amx[k] = e["onednn_peak_bytes_no_amx"] / e["peak_bytes"] if "onednn_peak_bytes_no_amx" in e else None
             if convs[k] is not None and any(len(c) != CONV_INPUT_FIELDS for c in convs[k]):
                 raise ValueError(f"the dry run {k} of {name} {op} {dtype} holds an older vaemem's conv_inputs: "
                                  f"re-run it (`vaemem trace --zoo --record`)")
@@ -640,6 +641,10 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         # one-frame one apart: left out by architecture it put 9 rows under instead of 6 (Wan 2.1's bf16 clips,
         # HunyuanVideo's with AMX at 0.97-0.99): measured demand does not follow the finer factor
         out["onednn_hidden_factor"] = math.ceil(max(hidden[k] for k in wanted) * 1e4 - 1e-6) / 1e4
+    if not tiled and dtype != "fp32" and all(no_amx[k] is not None for k in wanted):
+        # the same on a CPU without AMX tiles, whose half-precision convolutions hold a copy of their input (two for
+        # a 1x1 kernel) where the AMX rule counts twice their output (vaemem.tracing.counter.onednn_hidden_bytes)
+        out["onednn_hidden_factor_no_amx"] = math.ceil(max(no_amx[k] for k in wanted) * 1e4 - 1e-6) / 1e4
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)

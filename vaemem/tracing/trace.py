@@ -108,7 +108,8 @@ class TraceResult:
     oneDNN runs it, it holds a copy of the weight, where it does not, the buffer
     (:func:`vaemem.estimate.conv_transient_bytes`). ``onednn_peak_bytes``: the peak with, while each op runs, what
     it holds on a CPU's oneDNN beyond its output (:func:`vaemem.tracing.counter.onednn_hidden_bytes`; a replayed
-    call raises it by its first call's inner one)."""
+    call raises it by its first call's inner one); ``onednn_peak_bytes_no_amx`` the same on a CPU without AMX tiles
+    (equal in fp32)."""
 
     spec: TraceSpec
     peak_bytes: int
@@ -120,6 +121,7 @@ class TraceResult:
     conv_inputs: tuple[tuple[int, ...], ...]
     replayed_calls: int
     onednn_peak_bytes: int
+    onednn_peak_bytes_no_amx: int
     wall_s: float
     torch_version: str
     diffusers_version: str
@@ -223,22 +225,24 @@ class _Replay:
         # the lists' items before the call, by weak reference: holding them would keep alive what the call frees
         lists = [(i, [_weak(item) for item in v]) for i, v in enumerate(values) if isinstance(v, list)]
         before, peak_before, where_before, attention_before = c.current, c.peak, c.where, c.attention_peak
-        onednn_before = c.onednn_peak
+        onednn_before, no_amx_before = c.onednn_peak, c.onednn_peak_no_amx
         live_before = dict(c._refs)  # storage -> its weak reference (an address may be reused by a new storage)
-        c.peak, c.attention_peak, c.onednn_peak = c.current, -1, c.current  # measure this call's own inner peaks
+        # measure this call's own inner peaks
+        c.peak, c.attention_peak, c.onednn_peak, c.onednn_peak_no_amx = c.current, -1, c.current, c.current
         first_event = len(self.split[1])
         out = self.original(*args, **kwargs)
         split_after = tuple((i, live - before) for i, live in self.split[1][first_event:])
         inner, where = c.peak - before, c.where
         attention = c.attention_peak - before if c.attention_peak >= 0 else -1
-        onednn = c.onednn_peak - before
+        onednn, no_amx = c.onednn_peak - before, c.onednn_peak_no_amx - before
         if c.peak < peak_before:
             c.peak, c.where = peak_before, where_before
         c.attention_peak = max(c.attention_peak, attention_before)
         c.onednn_peak = max(c.onednn_peak, onednn_before)
+        c.onednn_peak_no_amx = max(c.onednn_peak_no_amx, no_amx_before)
         if sig is not None and sig not in self.seen:
             entry = self._record(out, values, lists, live_before, c.current - before,
-                                 (inner, attention, where, onednn))
+                                 (inner, attention, where, onednn, no_amx))
             self.seen[sig] = None if entry is None else (*entry, split_after)
         return out
 
@@ -283,10 +287,10 @@ class _Replay:
         whatever order the call itself took)."""
         import torch
 
-        inner, attention, where, onednn, (kind, payload), changes, left, split_after = entry
+        inner, attention, where, onednn, no_amx, (kind, payload), changes, left, split_after = entry
         c = self.counter
         before = c.current
-        c.bump(inner, where, attention, onednn)
+        c.bump(inner, where, attention, onednn, no_amx)
         calls, events = self.split
         for i, live in split_after:  # the records the skipped inner calls would have raised
             calls[i][-1] = max(calls[i][-1], before + live)
@@ -566,7 +570,7 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
     return TraceResult(spec, int(peak), int(output_bytes), int(input_bytes), where, int(counter.attention_peak),
                        tuple(map(tuple, split_calls)),
                        tuple(sorted(((*ident, *rec) for ident, rec in counter.convs.items()), reverse=True)),
-                       replayed, int(counter.onednn_peak),
+                       replayed, int(counter.onednn_peak), int(counter.onednn_peak_no_amx),
                        round(time.perf_counter() - t0, 3), torch.__version__,
                        diffusers.__version__)
 
