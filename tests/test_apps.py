@@ -562,8 +562,30 @@ def test_a_structure_without_the_factor_is_refused_wherever_it_wins():
     with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ has no onednn_hidden_factor, "
                                          r"which layer 2's oneDNN lines"):
         est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[plain, None], **ONEDNN)
-    assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, plain], **ONEDNN).bytes == \
-        est.explain("hunyuanvideo", "decode", 320, 192, **ONEDNN).bytes
+    # after the packaged file its structures win and would serve its oneDNN lines with a factor they were not
+    # fitted with: refused as well
+    with pytest.raises(ValueError, match=r"coefficients layer 2's oneDNN lines were fitted without "
+                                         r"onednn_hidden_factor, which layer 1's structure \S+ would price them with; "
+                                         r"refit layer 2"):
+        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, plain], **ONEDNN)
+
+
+def test_lines_fitted_without_the_factor_of_a_cpu_without_amx_are_not_served_with_it():
+    """A file of the packaged schema whose structures lack onednn_hidden_factor_no_amx (fitted through the API from
+    a cache without those peaks) has bf16 oneDNN lines in the AMX rule's dry run: after the packaged file, whose
+    structures carry the smaller factor, they would be priced 0.79-0.84x. Refused, naming it; alone it prices."""
+    theirs = json.loads(PACKAGED.read_text())
+    for s in theirs["structures"].values():
+        s.pop("onednn_hidden_factor_no_amx", None)
+    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")
+    alone = est.explain("sd15", "decode", 1024, 1024, coefficients=theirs, **kw)
+    assert f"x {theirs['structures']['sd15/decode/bf16/untiled']['onednn_hidden_factor']:.4g} for the" in alone.reason
+    for layers, msg in (([None, theirs], r"layer 2's oneDNN lines were fitted without onednn_hidden_factor_no_amx, "
+                                         r"which layer 1's structure \S+ would price them with; refit layer 2"),
+                        ([theirs, None], r"layer 1's structure \S+ has no onednn_hidden_factor_no_amx, which layer "
+                                         r"2's oneDNN lines are priced with")):
+        with pytest.raises(ValueError, match=msg):
+            est.explain("sd15", "decode", 1024, 1024, coefficients=layers, **kw)
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -651,11 +651,12 @@ def test_a_cpu_without_amx_prices_half_precision_by_its_own_factor():
     assert co.hidden_of(point, key, doc["structures"]) == no_amx
     assert co.hidden_of(point, {**key, "conv_backend": "onednn-amx"}, doc["structures"]) == amx
     assert est.onednn_hidden_factor("onednn", half, no_amx=False) == amx
-    for version, name in ((10, "sd15/decode/bf16/untiled"), (11, "sd15/decode/fp32/untiled")):
+    for version, name in ((10, "sd15/decode/bf16/untiled"), (11, "sd15/decode/fp32/untiled"),
+                          (11, "sd15/decode/bf16/tiled")):
         bad = as_schema(json.loads(PACKAGED.read_text()), version)
         bad["structures"][name]["onednn_hidden_factor_no_amx"] = 1.2
         with pytest.raises(ValueError, match=rf"structures.{name}.onednn_hidden_factor_no_amx must be absent "
-                                             r"\(a field of half-precision structures from schema 11\)"):
+                                             r"\(a field of untiled half-precision structures from schema 11\)"):
             est.load(bad)
 
 
@@ -986,7 +987,10 @@ def test_the_copy_branch_is_read_where_it_may_be_and_says_when_it_prices():
             (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(weight_copy_factor=0),
              "weight_copy_factor must be at least 1"),
             (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(
-                copy_line=own["copy_line"]), "must be a line without copy_line")):
+                copy_line=own["copy_line"]), r"copy_line.copy_line must be absent"),
+            (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(
+                small={**own["copy_line"], "copy_line": own["copy_line"]}, n_points_below_domain=1,
+                domain_min_frame_pixels=12288), r"small.copy_line must be absent")):
         bad = json.loads(PACKAGED.read_text())
         change(bad)
         with pytest.raises(ValueError, match=message):

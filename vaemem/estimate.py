@@ -102,7 +102,8 @@ from collections.abc import Callable
 # 11: a half-precision untiled structure carries onednn_hidden_factor_no_amx, the factor on a CPU without AMX tiles
 # (its convolutions hold other buffers: vaemem.tracing.counter.onednn_hidden_bytes), and the half-precision
 # ``onednn`` lines are in the dry run times it, which a reader of 10 would price with onednn_hidden_factor (the AMX
-# rule's, 1.05-1.30x larger); a file of 10 is one of 11 whose structures lack it (onednn_hidden_factor serves).
+# rule's: 1.19x larger for SD1.5's decoder, 0.80x for LTX-Video 0.9.5's encoder, whose one-frame clips hold more
+# without AMX); a file of 10 is one of 11 whose structures lack it (onednn_hidden_factor serves).
 # Also from 11 an own line on a weight-copying backend may carry copy_line, its copy branch (the price the larger of
 # the two), which a reader of 10 would ignore, under-pricing the requests whose weight copy outweighs the dry run.
 SCHEMA_VERSION = 11
@@ -313,18 +314,32 @@ def _layer(docs: list) -> dict:
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
     out["schema_version"] = min(d["schema_version"] for d in docs)
-    factored = {f: [i for i in onednn if docs[i]["schema_version"] >= HIDDEN_FACTOR_SCHEMA
-                    and any(f in st for st in docs[i].get("structures", {}).values())] for f in HIDDEN_FACTORS}
+    # per factor, the oneDNN layers whose schema prices their lines with it, and whether their structures carry it
+    # (what their lines were fitted with): a winning structure must carry it exactly where they do. Without it
+    # their lines would be priced at 1 (the AMX rule's, for the factor without AMX); with it where they were fitted
+    # without, at more (at less for the factor without AMX: 0.79-0.84x for the image architectures' bf16)
+    since = dict(zip(HIDDEN_FACTORS, (HIDDEN_FACTOR_SCHEMA, NO_AMX_SCHEMA)))
+    fitted = {f: {j: any(f in st for st in docs[j].get("structures", {}).values()) for j in onednn
+                  if docs[j]["schema_version"] >= since[f]} for f in HIDDEN_FACTORS}
     winner: dict = {}  # per structure key, (the first layer that has it, its structure): the one that serves
     for i, d in enumerate(docs):
         for key, st in d.get("structures", {}).items():
             winner.setdefault(key, (i, st))
     for key, (i, st) in sorted(winner.items()):
+        if "/untiled" not in key:
+            continue
         for f, cached in zip(HIDDEN_FACTORS, ("onednn_peak_bytes", "onednn_peak_bytes_no_amx")):
-            others = [j for j in factored[f] if j != i]
-            if "/untiled" in key and f not in st and others and not (f == HIDDEN_FACTORS[1] and "/fp32/" in key):
-                raise ValueError(f"coefficients layer {i + 1}'s structure {key} has no {f}, which layer "
-                                 f"{others[0] + 1}'s oneDNN lines are priced with; refit layer {i + 1} with "
+            if f == HIDDEN_FACTORS[1] and "/fp32/" in key:
+                continue
+            for j, has in sorted(fitted[f].items()):
+                if j == i or has == (f in st):
+                    continue
+                if has:
+                    raise ValueError(f"coefficients layer {i + 1}'s structure {key} has no {f}, which layer "
+                                     f"{j + 1}'s oneDNN lines are priced with; refit layer {i + 1} with "
+                                     f"`vaemem fit` (from a dry-run cache with {cached})")
+                raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without {f}, which layer "
+                                 f"{i + 1}'s structure {key} would price them with; refit layer {j + 1} with "
                                  f"`vaemem fit` (from a dry-run cache with {cached})")
     models: dict = {}
     groups: dict = {}
@@ -418,6 +433,8 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         if name in line:
             _field(line, name, where, "num>=0")
     _field(line, "n_points", where, "int>0")
+    if small or branch:  # the pricing reads a copy branch on an own line's top level only
+        _need("copy_line" not in line, f"{where}.copy_line", "absent (a copy branch is an own line's)", "present")
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
         _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True)
@@ -742,9 +759,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
     for name, st in structures.items():
         _check_structure(st, f"{source}: structures.{name}")
         if "onednn_hidden_factor_no_amx" in st:  # an older file's lines were fitted without it: never read there
-            _need((layered or version >= NO_AMX_SCHEMA) and name.split("/")[2:3] != ["fp32"],
-                  f"{source}: structures.{name}.onednn_hidden_factor_no_amx", "absent (a field of half-precision "
-                  f"structures from schema {NO_AMX_SCHEMA})", st["onednn_hidden_factor_no_amx"])
+            _need((layered or version >= NO_AMX_SCHEMA) and name.split("/")[2:3] != ["fp32"]
+                  and "/untiled" in name, f"{source}: structures.{name}.onednn_hidden_factor_no_amx",
+                  f"absent (a field of untiled half-precision structures from schema {NO_AMX_SCHEMA})",
+                  st["onednn_hidden_factor_no_amx"])
         op = name.split("/")[1] if name.count("/") >= 3 else None
         if isinstance(st.get("windows"), dict):  # a window loop is the op's own (decode and encode step differently)
             _need(st["windows"]["op"] == op, f"{source}: structures.{name}.windows.op", f"{op!r}, its key's op",
@@ -2043,7 +2061,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      if line is not own else "")
             resident = line.get("floor_bytes", 0)  # the floor its smallest points measured
             at_floor = resident and resident >= calibration_bytes(
-                {**line, "floor_bytes": 0, "small": None}, dry, one, plan.arch_video and int(frames) == 1,
+                {**{k: v for k, v in line.items() if k != "copy_line"}, "floor_bytes": 0, "small": None}, dry, one,
+                plan.arch_video and int(frames) == 1,
                 int(width) * int(height), live=live)
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
