@@ -218,6 +218,10 @@ def test_measure_then_resume_through_the_cli(tmp_path):
     assert [r["status"] for r in records] == ["ok", "ok"] and len(out.read_text().splitlines()) == 2
     again = runner.invoke(app, args[:-1])
     assert again.exit_code == 0 and "nothing to do" in again.output
+    # a resume reads the whole folder: another output file there says where the runs are, not that they are in it
+    other = runner.invoke(app, [*args[:-3], "--out", str(tmp_path / "other.jsonl")])
+    assert other.exit_code == 0 and f"recorded for rig t in {tmp_path}/*.jsonl" in other.output.replace("\n", "")
+    assert not (tmp_path / "other.jsonl").exists()
 
 
 def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
@@ -232,7 +236,13 @@ def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     coef.write_text(co.dumps(doc))
     bad = runner.invoke(app, ["fit", *base, "--check"])
     assert bad.exit_code == 1 and "differs: group" in bad.output and "base_bytes" in bad.output
-    assert "run `vaemem fit`" in bad.output
+    assert "run `vaemem fit`" in bad.output and "(1 difference)" in bad.output
+    coef.write_text("{not json")  # a damaged file: said so, not "formatting only"
+    broken = runner.invoke(app, ["fit", *base, "--check"])
+    assert broken.exit_code == 1 and "is not valid JSON" in broken.output and "formatting only" not in broken.output
+    coef.unlink()  # a missing file is bad input (exit 2), not a difference
+    gone = runner.invoke(app, ["fit", *base, "--check"])
+    assert gone.exit_code == 2 and "cannot read coefficient file" in _err_line(gone)
 
 
 @pytest.mark.parametrize("where,message", [

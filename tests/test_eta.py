@@ -30,6 +30,8 @@ def test_other_models_of_the_kernel_class_are_a_counted_guess_and_tiny_ones_are_
     assert eta.seconds == pytest.approx(0.5 + 2.0)
     assert (eta.from_same_point_kind, eta.guessed, eta.unknown) == (0, 1, 2)
     assert "2 with nothing comparable" in eta.describe()
+    none = predict([Point("wan21", "decode", "fp32", 64, 64)], history)  # nothing comparable at all: no figure
+    assert none.describe() == "1 run, time unknown (nothing comparable measured)"
 
 
 def test_tiled_and_untiled_are_different_kinds():

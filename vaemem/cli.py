@@ -330,9 +330,12 @@ def trace(
         return
     from rich.table import Table
 
-    table = Table("point", "peak MiB", "oneDNN MiB", "without AMX", "output MiB", "input MiB", "attention MiB",
-                  "peak in", "replayed", "s",
-                  title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})")
+    table = Table("point", "peak MiB", "oneDNN MiB", "oneDNN no-AMX MiB", "output MiB", "input MiB",
+                  "attention MiB", "peak in", "replayed calls", "s",
+                  title=f"dry run (torch {results[0].torch_version}, diffusers {results[0].diffusers_version})",
+                  caption="peak: the live tensors the op creates (not a reservation: `vaemem estimate` prices one); "
+                          "oneDNN: with the buffers a CPU's ops hold while they run (a CPU with AMX; no-AMX: without "
+                          "AMX tiles); replayed calls: repeats priced from their first call; s: seconds of dry run")
     for r in results:
         table.add_row(r.spec.key, f"{r.peak_bytes / MIB:.1f}",
                       f"{r.onednn_peak_bytes / MIB:.1f}", f"{r.onednn_peak_bytes_no_amx / MIB:.1f}",
@@ -408,8 +411,9 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     finally:
         signal.signal(signal.SIGTERM, previous)
     if planned == [0]:
-        console.print(f"nothing to do: all {_count(len(points), 'point')} x {_count(runs, 'run')} are already in "
-                      f"{out} (--force re-runs)")
+        # a resume reads every measurement file of the output's folder: the runs may be in another of them
+        console.print(f"nothing to do: all {_count(len(points), 'point')} x {_count(runs, 'run')} are already "
+                      f"recorded for rig {rig} in {out.parent}/*.jsonl (--force re-runs them into {out})")
         return
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
@@ -579,7 +583,7 @@ def fit(
             if diffs:
                 for d in diffs:
                     typer.echo(f"differs: {d}", err=True)
-                raise VaememError(f"{out} is not what the measurements give ({len(diffs)} differences); "
+                raise VaememError(f"{out} is not what the measurements give ({_count(len(diffs), 'difference')}); "
                                   f"run `vaemem fit` and commit the result", 1)
             doc = result.document
             typer.echo(f"{out} is reproducible from {data.runs} runs ({len(doc['groups'])} pixel-line groups, "

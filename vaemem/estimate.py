@@ -2046,7 +2046,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         own, calib, m = plan.own, plan.calib, plan.m
         k = plan.hidden
         live, dry, one = dry, k * dry, k * one  # the lines are in oneDNN's dry run (hidden)
-        hidden = (f"; its dry-run peak, {live / MIB:.0f} MiB, x {k:.4g} for the buffers oneDNN's ops hold "
+        hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
+                  f"oneDNN's ops hold "
                   f"while they run" if k != 1 else "")
         if own is not None:
             branch = ""
@@ -2072,8 +2073,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
             if copy and "copy_line" in own:  # its live line, the copy branch below it here
-                reason += (f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is held while few tensors are live: "
-                           f"its copy branch prices it, less here")
+                reason += (f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is held while few tensors are live, "
+                           f"so it is not added: with it and those tensors (its copy branch) the line reserves less")
             elif copy and seen is not None:  # fitted on the whole demand: its points' transients are in the line
                 reason += (f" + {own['weight_copy_factor']:.2f} x ({_copy_says(plan, tile)}, {copy / MIB:.1f} MiB,"
                            f" less the {seen / MIB:.1f} MiB its points held)" if copy > seen else

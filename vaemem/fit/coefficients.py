@@ -660,15 +660,17 @@ def diff_documents(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def check(committed: Path, derived_text: str) -> list[str]:
-    """Differences between the committed file and the derived text; [] when byte-identical."""
+    """Differences between the committed file and the derived text; [] when byte-identical. A file that cannot be
+    read is an error (:class:`VaememError`), not a difference."""
     try:
         committed_text = committed.read_text()
     except OSError as e:
-        return [f"cannot read {committed}: {e.strerror}"]
+        raise VaememError(f"cannot read coefficient file {committed}: {e.strerror}") from None
     if committed_text == derived_text:
         return []
     try:
-        diffs = diff_documents(json.loads(committed_text), json.loads(derived_text))
-    except ValueError:
-        diffs = []
+        old = json.loads(committed_text)
+    except ValueError as e:
+        return [f"{committed} is not valid JSON ({e}): regenerate it with vaemem fit"]
+    diffs = diff_documents(old, json.loads(derived_text)) if isinstance(old, dict) else []
     return diffs or ["the files differ in formatting only (hand-edited?): regenerate with vaemem fit"]
