@@ -130,7 +130,8 @@ HIDDEN_FACTORS = ("onednn_hidden_factor", "onednn_hidden_factor_no_amx")
 # half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
 # multiple of the plain one (constant for an image architecture, for a video one in size, not quite in clip length),
 # its structure's ``onednn_hidden_factor`` (the largest over its grid), and the lines there are in that dry run,
-# a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image architectures' demand / dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
+# a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image architectures' demand /
+# dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
 # every other, under a transfer), HunyuanVideo's 1.27-1.47x against the Wans' 1.15-1.36x (0.92-1.07x, 0.99-1.29x
 # in the dry run with them).
 # torch's use_mkldnn: an fp32 convolution of batch 1, groups 1 and a kernel of at most 3 in an inner dim runs on
@@ -438,8 +439,8 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
         _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True)
-    if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be flat: past its
-        # points the main line prices
+    if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be
+        # flat: past its points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
                          f": the line would not grow with the dry-run peak")
 
@@ -1886,6 +1887,11 @@ def _line_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixe
     return v
 
 
+def _live_branch(c: dict) -> dict:
+    """An own line without its copy branch (:func:`_line_bytes` prices the larger of the two)."""
+    return {name: v for name, v in c.items() if name != "copy_line"}
+
+
 def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
                    copy_bytes: float = 0, live: float | None = None) -> tuple[float, str]:
     """A transfer's price (the arguments of :func:`calibration_bytes`) to an architecture calibration ``calib``
@@ -2047,14 +2053,12 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         k = plan.hidden
         live, dry, one = dry, k * dry, k * one  # the lines are in oneDNN's dry run (hidden)
         hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
-                  f"oneDNN's ops hold "
-                  f"while they run" if k != 1 else "")
+                  f"oneDNN's ops hold while they run" if k != 1 else "")
         if own is not None:
             branch = ""
             if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which
                 args = (dry, one, plan.arch_video and int(frames) == 1, int(width) * int(height), copy)
-                live_branch = {k: v for k, v in own.items() if k != "copy_line"}
-                if _line_bytes(own["copy_line"], *args) > _line_bytes(live_branch, *args):
+                if _line_bytes(own["copy_line"], *args) > _line_bytes(_live_branch(own), *args):
                     own, branch = own["copy_line"], "the copy branch (the weight copy outweighs the live tensors) of "
             line = _line_at(own, dry, one, plan.arch_video and int(frames) == 1,
                             int(width) * int(height))[0]
@@ -2062,9 +2066,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      if line is not own else "")
             resident = line.get("floor_bytes", 0)  # the floor its smallest points measured
             at_floor = resident and resident >= calibration_bytes(
-                {**{k: v for k, v in line.items() if k != "copy_line"}, "floor_bytes": 0, "small": None}, dry, one,
-                plan.arch_video and int(frames) == 1,
-                int(width) * int(height), live=live)
+                {**_live_branch(line), "floor_bytes": 0, "small": None}, dry, one,
+                plan.arch_video and int(frames) == 1, int(width) * int(height), live=live)
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
             reason = (f"{branch}its own line on {on} ({own['n_points']} points{where}): "
