@@ -66,7 +66,8 @@ def fake_launcher() -> FakeLauncher:
 def as_schema(doc: dict, version: int) -> dict:
     """``doc`` (a coefficient document) relabelled as a file of an older schema ``version``, in place: before
     schema 8 no file held the onednn-amx key, so its groups and calibrations go; before 11 no structure held the
-    factor of a CPU without AMX, and no own line a copy branch."""
+    factor of a CPU without AMX, and no own line a copy branch; before 12 no structure the live bytes at its
+    convolutions' calls."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
@@ -77,4 +78,8 @@ def as_schema(doc: dict, version: int) -> dict:
         for c in doc.get("calibrations", []):
             for line in c["architectures"].values():
                 line.pop("copy_line", None)
+    if version < 12:
+        for s in doc.get("structures", {}).values():
+            if "conv_transients" in s:
+                s["conv_transients"] = [c[:7] for c in s["conv_transients"]]
     return doc

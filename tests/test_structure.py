@@ -967,29 +967,31 @@ def test_a_weight_copy_held_among_few_live_tensors_gets_a_copy_branch():
 
 
 def test_the_copy_branch_is_read_where_it_may_be_and_says_when_it_prices():
-    """The packaged LTX-2 fp32 decode line has a copy branch: at 512x320 x 9 frames (a 432 MiB copy, a 270 MiB dry
-    run) it prices and the reason says so; at 1024x576 x 9 the live line does. A copy branch in a file of schema 10,
-    on a class line, one that adds no transient, or one with its own branch is refused."""
-    kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    """The packaged LTX-Video bf16 decode line with AMX has a copy branch: at 256x160 x 9 frames (a 108 MiB copy of
+    its largest weight, a smaller dry run) it prices and the reason says so; at 512x320 x 9 the live line does. A
+    copy branch in a file of schema 10, on a class line, one that adds no transient, or one with its own branch is
+    refused."""
+    kw = dict(dtype="bf16", frames=9, backend="onednn-amx", allocator="glibc-fixed", os="linux")
     doc = json.loads(PACKAGED.read_text())
-    cid = "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+    cid = "conv3d/onednn-amx/glibc-fixed/bf16/linux/decode/untiled"
+    arch = "ltx-video"
     (i, cal), = [(i, c) for i, c in enumerate(doc["calibrations"]) if c["calibration"] == cid]
-    own = cal["architectures"]["ltx-2"]
+    own = cal["architectures"][arch]
     assert own["copy_line"]["weight_copy_factor"] == 1.05 and own["weight_copy_factor"] == 0
-    copy = est.explain("ltx-2", "decode", 512, 320, **kw)
+    copy = est.explain(arch, "decode", 256, 160, **kw)
     assert copy.source == "measured" and "the copy branch" in copy.reason
-    live = est.explain("ltx-2", "decode", 1024, 576, **kw)
+    live = est.explain(arch, "decode", 512, 320, **kw)
     assert "is held while few tensors are live, so it is not added" in live.reason
     assert "the copy branch (" not in live.reason
     for change, message in (
             (lambda d: d.update(schema_version=10), r"must be only on an own line on onednn, onednn-amx \(from "
                                                      r"schema 11\)"),
             (lambda d: d["calibrations"][i]["class"].update(copy_line=own["copy_line"]), "only on an own line"),
-            (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(weight_copy_factor=0),
+            (lambda d: d["calibrations"][i]["architectures"][arch]["copy_line"].update(weight_copy_factor=0),
              "weight_copy_factor must be at least 1"),
-            (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(
+            (lambda d: d["calibrations"][i]["architectures"][arch]["copy_line"].update(
                 copy_line=own["copy_line"]), r"copy_line.copy_line must be absent"),
-            (lambda d: d["calibrations"][i]["architectures"]["ltx-2"]["copy_line"].update(
+            (lambda d: d["calibrations"][i]["architectures"][arch]["copy_line"].update(
                 small={**own["copy_line"], "copy_line": own["copy_line"]}, n_points_below_domain=1,
                 domain_min_frame_pixels=12288), r"small.copy_line must be absent")):
         bad = json.loads(PACKAGED.read_text())

@@ -37,7 +37,10 @@ order:
     request's transient on top: a transient is what one architecture's points cannot tell about another's (an
     architecture's own line there is fitted the same way, unless the line on its whole demand reserves less at
     its worst point: that line adds only what a request's transient holds beyond ``transient_seen_bytes``, the
-    largest its points held; ``weight_copy_factor`` 0 in a file of schema 6: nothing);
+    largest its points held; ``weight_copy_factor`` 0 in a file of schema 6: nothing); from schema 12 the lines of
+    an untiled fp32 request of one sample whose structure carries the bytes live at its convolutions' calls are
+    in the larger of its dry run and the most a call holds, those bytes plus its copy or buffer, and add nothing
+    (:func:`call_peak`: a transient adds to what is live at its own call, not to the peak);
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the convolution transient on such a
     backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
@@ -77,7 +80,7 @@ import json
 import math
 import numbers
 import os as _os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 # Kept light on purpose (no dataclasses, typing or pathlib): apps import this on their start-up path.
 
@@ -106,12 +109,17 @@ from collections.abc import Callable
 # without AMX); a file of 10 is one of 11 whose structures lack it (onednn_hidden_factor serves).
 # Also from 11 an own line on a weight-copying backend may carry copy_line, its copy branch (the price the larger of
 # the two), which a reader of 10 would ignore, under-pricing the requests whose weight copy outweighs the dry run.
-SCHEMA_VERSION = 11
+# 12: an untiled fp32 structure's conv_transients carry the bytes live at each convolution's calls, and the untiled
+# fp32 oneDNN lines of one sample are in the larger of the dry run with oneDNN's buffers and the largest live bytes
+# plus transient at a call (conv_call_peak_bytes), with no transient added: a reader of 11 would add the copy to
+# that (up to 2x); a file of 11 is one of 12 whose structures lack the live bytes (the transient is added).
+SCHEMA_VERSION = 12
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
 NO_AMX_SCHEMA = 11  # the first whose half-precision onednn lines are in the dry run of a CPU without AMX
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11)
+CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the call peak (conv_call_peak_bytes)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -342,6 +350,14 @@ def _layer(docs: list) -> dict:
                 raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without {f}, which layer "
                                  f"{i + 1}'s structure {key} would price them with; refit layer {j + 1} with "
                                  f"`vaemem fit` (from a dry-run cache with {cached})")
+        # the same for the live bytes at the convolutions' calls, which the untiled fp32 lines of schema 12 are in
+        # (where the oneDNN lines are older, the document's schema is theirs and they are never read)
+        for j in onednn:
+            own = docs[j].get("structures", {}).get(key)
+            if j != i and own is not None and _call_peaks(own) and not _call_peaks(st):
+                raise ValueError(f"coefficients layer {i + 1}'s structure {key} lacks the live bytes at its "
+                                 f"convolutions' calls, which layer {j + 1}'s oneDNN lines are priced with; refit "
+                                 f"layer {i + 1} with `vaemem fit`")
     models: dict = {}
     groups: dict = {}
     calibrations: dict = {}
@@ -361,6 +377,12 @@ def _layer(docs: list) -> dict:
     if onednn:  # priced by the oneDNN lines' schema, the only lines whose pricing reads it
         merged["schema_version"] = docs[onednn[0]]["schema_version"]
     return merged
+
+
+def _call_peaks(st: dict) -> bool:
+    """Whether a structure's ``conv_transients`` carry the bytes live at the calls (from schema 12)."""
+    convs = st.get("conv_transients")
+    return isinstance(convs, list) and bool(convs) and isinstance(convs[0], list) and len(convs[0]) == 9
 
 
 def _has_onednn(doc: dict) -> bool:
@@ -552,17 +574,25 @@ def _check_structure(s: dict, where: str) -> None:
         per_knot = lambda v, ok: isinstance(v, list) and len(v) == len(knots) and all(ok(k) for k in v)  # noqa: E731
         rules = lambda v: per_knot(v, lambda k: k is None or law(k))  # noqa: E731
         buffers = lambda v: per_knot(v, law)  # noqa: E731
-        _need(bool(convs) and all(isinstance(c, list) and len(c) == 7 and type(c[0]) is int and c[0] > 0
+        # live bytes at the calls: [pixels, bytes] pairs, pixels increasing (none where it does not run at a knot)
+        polylines = lambda v: per_knot(v, lambda k: isinstance(k, list) and all(  # noqa: E731
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) for p in k)
+            and all(a[0] < b[0] for a, b in zip(k, k[1:])))
+        size = len(convs[0]) if convs and isinstance(convs[0], list) and len(convs[0]) == 9 else 7  # 9 from 12
+        _need(bool(convs) and all(isinstance(c, list) and len(c) == size and type(c[0]) is int and c[0] > 0
                                   and type(c[1]) is int and c[1] in (3, 4, 5) and rules(c[2]) and buffers(c[3])
                                   and isinstance(c[4], list) and len(c[4]) == len(knots)
                                   and all(t is None or (_num(t) and t >= -1) for t in c[4])
-                                  and rules(c[5]) and buffers(c[6]) for c in convs)
+                                  and rules(c[5]) and buffers(c[6]) and all(polylines(v) for v in c[7:])
+                                  for c in convs)
               and [c[0] for c in convs] == sorted((c[0] for c in convs), reverse=True),
               f"{where}.conv_transients", f"lists of [weight elements > 0, input rank 3-5, {len(knots)} rule laws "
               f"(null: always on oneDNN, or [a >= 0, b >= 0, c]), {len(knots)} im2col laws [a >= 0, b >= 0, c], "
               f"{len(knots)} "
               f"channels-last thresholds (null: never, or elements >= -1), the smallest call's rule and im2col "
-              f"laws], the heaviest weight first", convs)
+              f"laws" + (f", {len(knots)} lists of [pixels, live bytes] at its calls and {len(knots)} at its "
+                         f"smallest" if size == 9 else "")
+              + "], the heaviest weight first", convs)
     if "upper" in s:
         up = _field(s, "upper", where, "dict")
         _field(up, "area_from", f"{where}.upper", "int>0")
@@ -764,6 +794,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   and "/untiled" in name, f"{source}: structures.{name}.onednn_hidden_factor_no_amx",
                   f"absent (a field of untiled half-precision structures from schema {NO_AMX_SCHEMA})",
                   st["onednn_hidden_factor_no_amx"])
+        if _call_peaks(st):  # an older file's lines add the transient to the peak: never read there
+            _need(layered or version >= CALL_PEAK_SCHEMA, f"{source}: structures.{name}.conv_transients",
+                  f"7 fields per convolution (the live bytes at its calls are fields from schema {CALL_PEAK_SCHEMA})",
+                  "9")
         op = name.split("/")[1] if name.count("/") >= 3 else None
         if isinstance(st.get("windows"), dict):  # a window loop is the op's own (decode and encode step differently)
             _need(st["windows"]["op"] == op, f"{source}: structures.{name}.windows.op", f"{op!r}, its key's op",
@@ -1456,7 +1490,7 @@ class _Plan:
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
                  "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound", "hidden")
+                 "amx_bound", "hidden", "calls", "backend")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1546,6 +1580,10 @@ class _Plan:
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
         # weight_copy_factor, the fallback adds it with the margin
         copy_s = structures.get(structure_key(arch, op, "fp32", False))
+        # the structure whose live bytes at the convolutions' calls the lines are in (call_peak), from schema 12
+        self.calls = copy_s if (dtype == "fp32" and coef["schema_version"] >= CALL_PEAK_SCHEMA
+                                and _call_peaks(copy_s or {})) else None
+        self.backend = backend
         if s is not None and self.calib is not None:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
@@ -1672,12 +1710,16 @@ class _Plan:
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            k = self.hidden
+            kd, k1 = self.hidden * dry, self.hidden * one
+            cp = None if self.calls is None else call_peak(self.calls, "fp32", self.backend, t is not None, b, w, h, f)
+            if cp is not None:  # the lines are in the larger of the two, the transient in it (schema 12)
+                kd = k1 = max(kd, cp)
+                copy = 0
             if self.own is not None:
-                v, floored = _floored(self.own, k * dry, k * one, self.arch_video and f == 1, w * h, copy, dry)
+                v, floored = _floored(self.own, kd, k1, self.arch_video and f == 1, w * h, copy, dry)
                 env = int(v)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
-            env = int(transfer_bytes(self.calib, k * dry, k * one, self.arch_video and f == 1, w * h, copy, dry)[0])
+            env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry)[0])
             whole = self._whole(w, h, b, f, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
@@ -1925,7 +1967,8 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     height for a 3-D one, whose width the rule does not read) and its buffer's elements in the same form in
     pixels, per knot the rule's elements above which its input is channels-last (None: never), where torch
     copies the weight to channels-last before oneDNN reorders it: two copies, and the two laws of its smallest
-    call (torch decides call by call: where the largest runs on oneDNN, the smallest may hold a buffer). Between
+    call (torch decides call by call: where the largest runs on oneDNN, the smallest may hold a buffer); from
+    schema 12 also the bytes live at its calls (:func:`conv_call_peak_bytes`). Between
     knots linear in frames, past the last along its last segment (exact where a clip runs whole, as LTX's, and in
     equal chunks, as Wan's); a
     knot that always copies makes its segments copy, and either knot's channels-last threshold applies to its
@@ -1933,10 +1976,34 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     convs = s["conv_transients"]
     if batch > 1:  # every convolution on oneDNN, the copy doubled where any knot saw a channels-last input
         return max(c[0] * (2 if any(t is not None for t in c[4]) else 1) for c in convs), 0.0
+    copied, columns = 0, 0.0
+    for copy, buffer, _ in _conv_calls(s, width, height, frames):
+        copied, columns = max(copied, copy), max(columns, buffer)
+    return copied, columns
+
+
+def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int) -> float | None:
+    """The largest of the bytes live at a convolution's call plus the transient it holds there (its weight's copy
+    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled fp32 request of one sample, or
+    None where the structure does not carry the live bytes at the calls (before schema 12). Why: a transient adds
+    to what is live at its own call, not to the peak. LTX-2's decoder copies its 432 MiB weight where 2-40 MiB
+    are live, and its demand is 1.04-1.07x the larger of this and the dry-run peak at every size from 128x128
+    to 1024x576 x 9 frames, where the peak plus the copy read 1.46x at 512x320 x 9 and a line over the two, which
+    cannot tell a copy at the peak from one beside few tensors, under-reserved a held-out 1024x576 x 9 (0.86x)."""
+    convs = s["conv_transients"]
+    if len(convs[0]) < 9:
+        return None
+    return max(live + ELEMENT_SIZE["fp32"] * max(copy, buffer) for copy, buffer, live in
+               _conv_calls(s, width, height, frames))
+
+
+def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple[int, float, float]]:
+    """Per convolution of ``s["conv_transients"]`` at one sample of a request, (weight elements it copies, im2col
+    elements it holds) at a call where it holds one, with the bytes live at that call (0 without the laws): its
+    largest call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`)."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
-    copied, columns = 0, 0.0
 
     def law(laws: list, area: float) -> float:  # a law between the segment's knots (inf: always on oneDNN)
         lo, hi = laws[j], laws[i]
@@ -1945,18 +2012,47 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
         a, b, c = (x + (y - x) * u for x, y in zip(lo, hi))
         return a * area + b * half_perimeter + c
 
-    for w, rank, rule, cols, last, rule_min, cols_min in convs:
+    def polyline(at: list) -> float:  # the live bytes between the segment's knots (see :func:`_polyline`)
+        lo, hi = _polyline(at[j], pixels), _polyline(at[i], pixels)
+        return lo + (hi - lo) * u
+
+    for w, rank, rule, cols, last, rule_min, cols_min, *lives in s["conv_transients"]:
+        live = polyline(lives[0]) if lives else 0.0
         read = height if rank == 5 else pixels  # what the rule's law is in: a 3-D input's width is not read
         elements = law(rule, read)
         if elements > ONEDNN_MIN_ELEMENTS:
             # a channels-last input: torch copies the weight to channels-last before oneDNN reorders it
             doubled = any(t is not None and elements > t for t in (last[j], last[i]))
-            copied = max(copied, 2 * w if doubled else w)
+            yield 2 * w if doubled else w, 0.0, live
             if law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
-                columns = max(columns, law(cols_min, pixels))
+                yield 0, law(cols_min, pixels), polyline(lives[1]) if lives else 0.0
         else:
-            columns = max(columns, law(cols, pixels))
-    return copied, columns
+            yield 0, law(cols, pixels), live
+
+
+def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
+              frames: int) -> float | None:
+    """:func:`conv_call_peak_bytes` where a request's lines are in the larger of it and the dry run (from schema
+    12): an untiled fp32 request of one sample on a weight-copying backend whose untiled fp32 structure ``s``
+    carries the live bytes at its convolutions' calls, and then no transient is added; else None (the line adds
+    the transient, :func:`conv_transient_bytes`)."""
+    if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or not _priced_by_rule(s, dtype, tiled):
+        return None
+    return conv_call_peak_bytes(s, width, height, frames)  # type: ignore[arg-type]
+
+
+def _polyline(points: list, pixels: float) -> float:
+    """Bytes at ``pixels`` on ``[[pixels, bytes], ...]`` (increasing pixels): linear between two points, along the
+    nearer end segment beyond them, never below 0; 0 for no points (a knot where the convolution does not run)."""
+    if not points:
+        return 0.0
+    if len(points) == 1:
+        return float(points[0][1])
+    k = 1
+    while k < len(points) - 1 and points[k][0] < pixels:
+        k += 1
+    (x0, y0), (x1, y1) = points[k - 1], points[k]
+    return max(0.0, y0 + (y1 - y0) * (pixels - x0) / (x1 - x0))
 
 
 def _priced_by_rule(s: dict | None, dtype: str, tiled: bool) -> bool:
@@ -2054,6 +2150,18 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         live, dry, one = dry, k * dry, k * one  # the lines are in oneDNN's dry run (hidden)
         hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
                   f"oneDNN's ops hold while they run" if k != 1 else "")
+        cp = None if plan.calls is None else call_peak(plan.calls, "fp32", plan.backend, tile is not None,
+                                                       int(batch), int(width), int(height), int(frames))
+        if cp is not None:  # the lines are in the larger of the two, with the transient (schema 12)
+            copy = 0
+            if cp > dry:
+                hidden = (f"; that dry-run peak is the most a convolution's call holds, {cp / MIB:.0f} MiB: the "
+                          f"bytes live there and its weight copy or im2col buffer, above its live tensors' peak "
+                          f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers")
+                dry = one = cp
+            else:
+                hidden += ("; each convolution's weight copy or im2col buffer, with the bytes live at its call, "
+                           "stays below that")
         if own is not None:
             branch = ""
             if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which

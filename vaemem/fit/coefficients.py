@@ -328,6 +328,30 @@ def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, 
                                     if math_path else None)
 
 
+def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple | None:
+    """A measured point as a calibration row: (dry, dry of one sample, demand, one-frame clip of a video model,
+    frame pixels, transient, live tensors' dry run), demand left out (0 here, the caller's), or None where no
+    structure covers it. The dry runs are those the platform's lines are in (:func:`hidden_of`), or, where the point
+    is priced by its convolutions' calls (:func:`vaemem.estimate.call_peak`), the larger of that and the dry run,
+    with no transient: as the estimator prices the request."""
+    from vaemem import estimate as est
+    from vaemem.models.zoo import get_spec
+
+    d = dry_of(point, key, structures)
+    if d is None:
+        return None
+    k = hidden_of(point, key, structures)
+    q = point
+    single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
+    s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
+    cp = est.call_peak(s, key["dtype"], key["conv_backend"], bool(q["tile"]), q["batch"], q["width"], q["height"],
+                       q["frames"])
+    if cp is not None:
+        top = max(k * d[0], cp)
+        return top, top, 0, single, q["width"] * q["height"], 0, d[0]
+    return k * d[0], k * d[1], 0, single, q["width"] * q["height"], transient_bytes(point, key, structures), d[0]
+
+
 def _live(r: tuple) -> float:
     """A calibration row's live tensors' dry-run peak (its seventh field; the first where the row has none): what
     :data:`vaemem.estimate.LIVE_FLOOR_FACTOR` is of, where the first is oneDNN's dry run."""
@@ -488,16 +512,12 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
     for gid, (key, pts) in sorted(data.groups.items()):
         spec = get_spec(pts[0].point["model"])
         for p in pts:
-            d = dry_of(p.point, key, structures)
-            if d is None:
+            row = row_of(p.point, key, structures)
+            if row is None:
                 continue
-            k = hidden_of(p.point, key, structures)
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
-            single = get_spec(spec.architecture).is_video and p.point["frames"] == 1  # a regime of the architecture
-            entry[2].setdefault(key["architecture"], []).append(
-                (k * d[0], k * d[1], p.demand_bytes, single, p.point["width"] * p.point["height"],
-                 transient_bytes(p.point, key, structures), d[0]))
+            entry[2].setdefault(key["architecture"], []).append((*row[:2], p.demand_bytes, *row[3:]))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):

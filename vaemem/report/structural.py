@@ -16,8 +16,7 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, dry_of, held_out_ratios, hidden_of, own_line, \
-    request_of, transient_bytes
+from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_ratios, own_line, request_of, row_of
 from vaemem.models.zoo import get_spec
 from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES, apps_bytes
 
@@ -32,18 +31,15 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
     pixels, weight copy bytes, the live tensors' dry run): the dry runs are those the platform's lines are in
-    (:func:`vaemem.fit.coefficients.hidden_of`: on oneDNN with the buffers its ops hold)."""
+    (:func:`vaemem.fit.coefficients.row_of`)."""
     out: dict[str, list[tuple]] = {}
     for gid, (key, pts) in sorted(data.groups.items()):
         kernel = get_spec(pts[0].point["model"]).kernel
         for p in pts:
-            d = dry_of(p.point, key, structures)
-            if d is not None:
-                k = hidden_of(p.point, key, structures)
-                single = get_spec(get_spec(p.point["model"]).architecture).is_video and p.point["frames"] == 1
+            r = row_of(p.point, key, structures)
+            if r is not None:
                 out.setdefault(estimate.calibration_id(key, kernel), []).append(
-                    (key["architecture"], gid, p, k * d[0], k * d[1], p.demand_bytes, single,
-                     p.point["width"] * p.point["height"], transient_bytes(p.point, key, structures), d[0]))
+                    (key["architecture"], gid, p, r[0], r[1], p.demand_bytes, *r[3:]))
     return out
 
 

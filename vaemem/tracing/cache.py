@@ -12,7 +12,8 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                 (where any ran),
                                                 "conv_inputs": [[weight elements, rank, in channels, kernel volume,
                                                                  elements, always, columns, channels-last,
-                                                                 fewest elements, their columns], ...]
+                                                                 fewest elements, their columns, live bytes,
+                                                                 live bytes at the fewest], ...]
                                                 (fp32, untiled, fused entries),
                                                 "onednn_peak_bytes": N (untiled unsliced entries),
                                                 "onednn_peak_bytes_no_amx": N (those in half precision)}}}
@@ -32,10 +33,11 @@ from vaemem.tracing.trace import TraceResult, TraceSpec
 
 CACHE_SCHEMA_VERSION = 1
 DEFAULT_CACHE = Path("fits/traces.json")
-CONV_INPUT_FIELDS = 10  # a conv_inputs record's length
-# the record of the vaemem before (one per weight size, no input channels or kernel volume): read, so that a resumed
-# ``trace --zoo --record`` re-runs those entries (:func:`complete`), and refused by ``fit`` (:func:`incomplete`)
-STALE_CONV_INPUT_FIELDS = 8
+CONV_INPUT_FIELDS = 12  # a conv_inputs record's length
+# the records of older vaemems (8: one per weight size, no input channels or kernel volume; 10: no live bytes at the
+# calls): read, so that a resumed ``trace --zoo --record`` re-runs those entries (:func:`complete`), and refused by
+# ``fit`` (:func:`incomplete`)
+STALE_CONV_INPUT_FIELDS = (8, 10)
 ENTRY_FIELDS = {"spec": dict, "peak_bytes": int, "output_bytes": int, "input_bytes": int, "peak_module": str}
 
 
@@ -122,7 +124,7 @@ def read_cache(path: str | Path) -> dict[str, Any]:
             raise VaememError(f"{path}: entry {key}: split_convs must be lists of 8 positive integers")
         convs = e.get("conv_inputs", [])
         if isinstance(convs, list) and convs and all(
-                isinstance(c, list) and len(c) == STALE_CONV_INPUT_FIELDS
+                isinstance(c, list) and len(c) in STALE_CONV_INPUT_FIELDS
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in c) for c in convs):
             pass  # an older vaemem's records: kept until re-run, never read
         elif not isinstance(convs, list) or not all(
@@ -130,11 +132,12 @@ def read_cache(path: str | Path) -> dict[str, Any]:
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in c)
                 and c[0] > 0 and c[1] in (3, 4, 5) and c[2] > 0 and c[3] > 0 and c[0] % (c[2] * c[3]) == 0
                 and c[4] > 0 and c[5] in (0, 1) and c[6] >= 0 and c[7] in (0, 1)
-                and 0 < c[8] <= c[4] and 0 <= c[9] <= c[6] for c in convs):
+                and 0 < c[8] <= c[4] and 0 <= c[9] <= c[6] and 0 < c[11] <= c[10] for c in convs):
             raise VaememError(f"{path}: entry {key}: conv_inputs must be lists of [weight elements, rank 3-5, input "
                               f"channels and kernel volume (positive, dividing the weight), positive elements, 0 or "
                               f"1, im2col elements >= 0, channels-last 0 or 1, the fewest elements (positive, at "
-                              f"most the most), their im2col elements (at most the most)]")
+                              f"most the most), their im2col elements (at most the most), the most bytes live at a "
+                              f"call (positive), the most at a call of the fewest (positive, at most the most)]")
         elif len({tuple(c[:4]) for c in convs}) != len(convs):
             raise VaememError(f"{path}: entry {key}: conv_inputs holds two records of one convolution weight shape")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:

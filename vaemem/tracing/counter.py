@@ -16,7 +16,8 @@ input torch's ``use_mkldnn`` rule reads in fp32 (N x C x the next two dims, :fun
 clause that ignores the size holds (groups > 1, a kernel larger than 3 in both inner dims, N > 1), and the
 elements of the im2col buffer torch's own path would hold: where oneDNN runs a convolution it holds a reordered
 copy of the weight, where it does not the buffer, and no dry run sees either
-(``vaemem.estimate.conv_transient_bytes``), and whether its input is channels-last (two copies).
+(``vaemem.estimate.conv_transient_bytes``), whether its input is channels-last (two copies), and the most bytes
+live at a call (:func:`conv_live_bytes`): a transient adds to those, not to the peak, which is elsewhere.
 
 And ``onednn_peak``: the peak with, while each op runs, the buffers a CPU op on oneDNN holds beyond its output
 and no tensor shows (:func:`onednn_hidden_bytes`): the dry run's CPU variant; ``onednn_peak_no_amx`` the same on
@@ -123,6 +124,15 @@ def conv_call(args: Any, out: Any) -> tuple[int, int, int, int]:
     return n, always, columns, last
 
 
+def conv_live_bytes(out: torch.Tensor) -> int:
+    """Bytes a convolution call adds to the live tensors before any transient of its own: its output and, on oneDNN
+    in fp32, the output's reorder (:func:`onednn_hidden_bytes`; taken on torch's own path too, where the call holds
+    an im2col buffer instead: a bound above by one output, which the small inputs that take that path carry
+    easily). With the live bytes before it, what a weight copy or buffer adds to (``vaemem.estimate.conv_call_peak_bytes``):
+    LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are live, not at its 1129 MiB peak."""
+    return 2 * out.numel() * out.element_size()
+
+
 def onednn_hidden_bytes(func: Any, args: Any, out: Any, amx: bool = True) -> int:
     """Bytes one aten op holds on a CPU's oneDNN beyond the live tensors while it runs (``benchmarks/
     cpu_hidden_ops.py``, torch 2.13): a convolution its output's reorder in fp32 (SD1.5's decoder at 512 px: 258
@@ -166,8 +176,12 @@ class LiveBytes(TorchDispatchMode):
         self._stack: list[str] = []
         self._hooks: list[Any] = []
         # (weight elements, input rank, input channels, kernel volume) -> [the most elements the rule read, always,
-        # the largest im2col buffer, channels-last, the fewest elements the rule read, that call's buffer]
+        # the largest im2col buffer, channels-last, the fewest elements the rule read, that call's buffer, the most
+        # bytes live at a call (conv_live_bytes), the most at a call of the fewest elements]
         self.convs: dict[tuple[int, int, int, int], list[int]] = {}
+        # (its weight's identity, the elements the rule read, the live bytes) per call, in order: a replayed
+        # sub-call re-applies its first call's, relative to its start (vaemem.tracing.trace._Replay)
+        self.conv_events: list[tuple[tuple[int, int, int, int], int, int]] = []
 
     # -- module stack -------------------------------------------------------------------------------------------
     def _pre(self, module: nn.Module, args: Any) -> None:
@@ -245,7 +259,8 @@ class LiveBytes(TorchDispatchMode):
         self._refs.pop(key, None)
 
     def _conv(self, args: Any, out: Any) -> None:
-        """Record one ``aten.convolution`` call (:func:`conv_call`) under its weight's shape."""
+        """Record one ``aten.convolution`` call (:func:`conv_call`) under its weight's shape, with the bytes live at
+        it (:func:`conv_live_bytes`; ``out`` is not tracked yet)."""
         x, w = args[0], args[1]
         n, always, columns, last = conv_call(args, out)
         # one record per convolution weight's shape, not its size: LTX-2's decoder has a 1024->1024 and a 512->2048
@@ -254,17 +269,28 @@ class LiveBytes(TorchDispatchMode):
         ident = (w.numel(), x.dim(), w.shape[1], w[0, 0].numel())
         seen = self.convs.get(ident)
         if seen is None:
-            self.convs[ident] = [n, always, columns, last, n, columns]
-            return
-        seen[0], seen[1], seen[2] = max(seen[0], n), max(seen[1], always), max(seen[2], columns)
-        seen[3] = max(seen[3], last)
-        # the smallest call too, with its buffer: torch decides call by call, and where the largest runs on oneDNN
-        # a smaller one may stay on im2col (Wan's first chunk of 3 frames against the later ones of 6; CogVideoX's
-        # convolutions at two resolutions): its buffer is a transient the largest call's record would lose
-        if n < seen[4]:
-            seen[4], seen[5] = n, columns
-        elif n == seen[4]:
-            seen[5] = max(seen[5], columns)
+            self.convs[ident] = [n, always, columns, last, n, columns, 0, 0]
+        else:
+            seen[0], seen[1], seen[2] = max(seen[0], n), max(seen[1], always), max(seen[2], columns)
+            seen[3] = max(seen[3], last)
+            # the smallest call too, with its buffer: torch decides call by call, and where the largest runs on
+            # oneDNN a smaller one may stay on im2col (Wan's first chunk of 3 frames against the later ones of 6;
+            # CogVideoX's convolutions at two resolutions): its buffer is a transient the largest call's record
+            # would lose
+            if n < seen[4]:
+                seen[4], seen[5], seen[7] = n, columns, 0
+            elif n == seen[4]:
+                seen[5] = max(seen[5], columns)
+        self.conv_live(ident, n, self.current + conv_live_bytes(out))
+
+    def conv_live(self, ident: tuple[int, int, int, int], n: int, live: int) -> None:
+        """Record ``live`` bytes at a call of the convolution ``ident`` whose rule read ``n`` elements (a replay
+        re-applies its first call's at its own level)."""
+        seen = self.convs[ident]
+        seen[6] = max(seen[6], live)
+        if n == seen[4]:
+            seen[7] = max(seen[7], live)
+        self.conv_events.append((ident, n, live))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))

@@ -60,7 +60,11 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   elements the rule reads and the buffer's, affine in the request's size (:func:`_conv_transients`), from the
   dry runs' ``conv_inputs``; the estimator applies the rule (:func:`vaemem.estimate.conv_transient_elements`).
   LTX-Video 0.9.5's decoder copies its 432 MiB weight at 320x192 x 9 frames and not at 256x160 x 9 (the rule
-  reads 24576 and 20480 elements); Mochi's encoder holds a 101 MiB buffer at one frame of 160x96.
+  reads 24576 and 20480 elements); Mochi's encoder holds a 101 MiB buffer at one frame of 160x96. A transient adds
+  to the bytes live at its call, not to the peak: per convolution the structure also carries the most bytes live
+  at a call, the same law in pixels, and the estimator takes the larger of the dry-run peak and the largest sum
+  (:func:`vaemem.estimate.conv_call_peak_bytes`). LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are
+  live: its demand is 1.04-1.07x that larger one at every size from 128x128 to 1024x576 x 9 frames.
 * Slicing (diffusers' ``enable_slicing``: a batch run one sample at a time) peaks at one sample's peak plus the
   outputs of the samples before it: ``peak(1) + (batch - 1) x output(1)``, exact in dry runs of every class probed.
   So an untiled structure also carries one sample's output bytes per pixel at each knot, and slicing needs no dry
@@ -444,7 +448,7 @@ def _affine(e: dict[int, int], rank: int) -> list[float]:
     return [a, b, float(math.ceil(max(e[v] - a * v * v - b * v for v in sides)))]
 
 
-def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> list[list[Any]]:
+def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int], lives: bool = True) -> list[list[Any]]:
     """The structure's ``conv_transients`` (:func:`vaemem.estimate.conv_transient_bytes`) from the dry runs'
     ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight's shape
     (two of one size grow by different laws), heaviest first, at each knot the input elements torch's oneDNN rule
@@ -452,7 +456,15 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> l
     the frame's pixels), or None
     where a clause that ignores the size held (or the input is 1-D), the elements of its im2col buffer
     (:func:`_affine` in the frame's pixels), where its input is channels-last (:func:`_channels_last_from`), and
-    the same two laws of its smallest call (torch decides call by call). Why affine, not per unit: LTX-2's
+    the same two laws of its smallest call (torch decides call by call), and the most bytes live at a call and at
+    a smallest call (:func:`vaemem.tracing.counter.conv_live_bytes`), what a copy or buffer adds to, as
+    [pixels, bytes] at each square side of the grid (not a law: where its most-live call moves to another block,
+    it steps, as HunyuanVideo's encoder's 7 M weight from 512 to 1024 px, 4.0x to 5.4x its bytes, and a law
+    through the smaller sides, raised to cover it, put 887 MiB at every size). ``lives``: only for 3-D
+    convolution classes, where the dry run follows the CPU's channels-last formats, which double a copy (2-D
+    inputs are left contiguous: :func:`vaemem.tracing.counter._is_channels_last`; HunyuanImage-2.1's decoder
+    holds two copies of its 144 MiB weight at 256 px, measured call by call, where the dry run sees one, so its
+    call peak would be 146 MiB for a demand of 309). Why affine, not per unit: LTX-2's
     decoder pads its latent by a row on each side before the convolution (one frame at 128 px reads 18432
     elements, 144 per row, at 64 px 192 per row: a ratio through 64 px would have copied at 128 px a 432 MiB
     weight oneDNN never held)."""
@@ -469,6 +481,9 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> l
                 else _affine({h: r[field] for h, r in at[i].items()}, rank if rule else 4)
                 for i in range(len(knots))]
 
+    def polyline(at: dict, field: int) -> list[list[list[int]]]:  # per knot, [pixels, bytes] at each square side
+        return [[[h * h, r[field]] for h, r in sorted(at[i].items())] if i in at else [] for i in range(len(knots))]
+
     built = [(weight, rank, at, laws(at, rank, 0, True), laws(at, rank, 4, True))
              for (weight, rank, *_), at in ordered]
     # per knot, the square sides where some convolution's call changes path (its rule's law crosses the threshold):
@@ -478,7 +493,8 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> l
     return [[weight, rank, rule, laws(at, rank, 2, False),
              [_channels_last_from({h: (-1 if r[1] or rank == 3 else r[0], r[3]) for h, r in at[i].items()},
                                   crossings[i], rule[i], rank) if i in at else None for i in range(len(knots))],
-             fewest, laws(at, rank, 5, False)] for weight, rank, at, rule, fewest in built]
+             fewest, laws(at, rank, 5, False), *([polyline(at, 6), polyline(at, 7)] if lives else [])]
+            for weight, rank, at, rule, fewest in built]
 
 
 def _law_at(law: list[float], rank: int, side: float) -> float:
@@ -630,7 +646,8 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         out["clips"] = {"frames": cf, "output_bytes_per_pixel": _milli_up(per),
                         "pad_bytes_per_pixel_frame": _input_bytes_per_pixel_frame(spec, dtype)}
     if not tiled and attention == "fused" and dtype == "fp32" and all(convs[k] is not None for k in wanted):
-        out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
+        out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"],
+                                                  lives=spec.kernel == "conv3d")
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
         # architecture the same at every size and batch (to 1e-4; on the math path 1.12-1.20 where the score

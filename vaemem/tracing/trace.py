@@ -104,7 +104,8 @@ class TraceResult:
     next two dims, and 1 where a clause that ignores the size held: groups, kernel or N > 1, and the elements of its
     im2col buffer: a sample's input channels x kernel x output positions, 0 for a 1x1 kernel of stride 1 without
     padding, 1 where a call's input or weight was channels-last, which makes oneDNN's copy two, and the fewest
-    elements a call read with that call's buffer: torch decides call by call), the heaviest weight first: where
+    elements a call read with that call's buffer: torch decides call by call, the most bytes live at a call, its output
+and the output's oneDNN reorder with them, and the most at a call of the fewest elements), the heaviest weight first: where
     oneDNN runs it, it holds a copy of the weight, where it does not, the buffer
     (:func:`vaemem.estimate.conv_transient_bytes`). ``onednn_peak_bytes``: the peak with, while each op runs, what
     it holds on a CPU's oneDNN beyond its output (:func:`vaemem.tracing.counter.onednn_hidden_bytes`; a replayed
@@ -229,9 +230,10 @@ class _Replay:
         live_before = dict(c._refs)  # storage -> its weak reference (an address may be reused by a new storage)
         # measure this call's own inner peaks
         c.peak, c.attention_peak, c.onednn_peak, c.onednn_peak_no_amx = c.current, -1, c.current, c.current
-        first_event = len(self.split[1])
+        first_event, first_conv = len(self.split[1]), len(c.conv_events)
         out = self.original(*args, **kwargs)
         split_after = tuple((i, live - before) for i, live in self.split[1][first_event:])
+        convs_after = tuple((ident, n, live - before) for ident, n, live in c.conv_events[first_conv:])
         inner, where = c.peak - before, c.where
         attention = c.attention_peak - before if c.attention_peak >= 0 else -1
         onednn, no_amx = c.onednn_peak - before, c.onednn_peak_no_amx - before
@@ -243,7 +245,7 @@ class _Replay:
         if sig is not None and sig not in self.seen:
             entry = self._record(out, values, lists, live_before, c.current - before,
                                  (inner, attention, where, onednn, no_amx))
-            self.seen[sig] = None if entry is None else (*entry, split_after)
+            self.seen[sig] = None if entry is None else (*entry, split_after, convs_after)
         return out
 
     def _record(self, out: Any, values: list[Any], lists: list[tuple[int, list]], live_before: dict[int, Any],
@@ -287,7 +289,7 @@ class _Replay:
         whatever order the call itself took)."""
         import torch
 
-        inner, attention, where, onednn, no_amx, (kind, payload), changes, left, split_after = entry
+        inner, attention, where, onednn, no_amx, (kind, payload), changes, left, split_after, convs_after = entry
         c = self.counter
         before = c.current
         c.bump(inner, where, attention, onednn, no_amx)
@@ -295,6 +297,8 @@ class _Replay:
         for i, live in split_after:  # the records the skipped inner calls would have raised
             calls[i][-1] = max(calls[i][-1], before + live)
             events.append((i, before + live))
+        for ident, n, live in convs_after:  # and the live bytes at its convolutions' calls (Wan's later chunks:
+            c.conv_live(ident, n, before + live)  # the clip decoded so far is live beside them)
         self.replayed += 1
         for i, j, _ in changes:
             values[i][j] = None
