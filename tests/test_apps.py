@@ -524,7 +524,7 @@ def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_
     elif version < est.CALL_PEAK_SCHEMA:  # its fp32 video structures lack the live bytes at the calls
         with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/fp32/untiled lacks the "
                                              r"live bytes at its convolutions' calls, which layer 2's oneDNN lines "
-                                             r"are priced with; refit layer 1"):
+                                             r"were fitted with; refit layer 1"):
             est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
     else:
         first = est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
@@ -661,3 +661,47 @@ def test_the_atomic_writer_refuses_devices_and_writes_through_links(tmp_path):
     (tmp_path / "link.py").symlink_to("target.py")
     write_atomic(tmp_path / "link.py", "new")
     assert (tmp_path / "link.py").is_symlink() and (tmp_path / "target.py").read_text() == "new"
+
+
+def test_the_live_bytes_at_the_calls_must_match_the_onednn_lines_they_price():
+    """Schema 12's untiled fp32 oneDNN lines are in the call peak (the live bytes at the convolutions' calls that
+    the 3-D classes' structures carry). A winning structure must carry them exactly where the lines' own layer
+    does: one without them would price those lines by the dry run plus nothing (under), one with them lines fitted
+    with the transient added (a schema-12 file fitted from structures without them) by the call peak without it."""
+    key = est.structure_key("ltx-2", "decode", "fp32", False)
+    packaged = json.loads(PACKAGED.read_text())
+    assert est._call_peaks(packaged["structures"][key])
+
+    def lacking() -> dict:  # the packaged file with structures without them (of schema 12 still)
+        doc = json.loads(PACKAGED.read_text())
+        for s in doc["structures"].values():
+            if "conv_transients" in s:
+                s["conv_transients"] = [c[:7] for c in s["conv_transients"]]
+        return doc
+
+    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ lacks the live bytes at its "
+                                         r"convolutions' calls, which layer 2's oneDNN lines were fitted with; "
+                                         r"refit layer 1"):
+        est.explain("ltx-2", "decode", 512, 320, coefficients=[_without_onednn(lacking()), None], **ONEDNN)
+    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ carries the live bytes at its "
+                                         r"convolutions' calls, which layer 2's oneDNN lines were fitted without; "
+                                         r"refit layer 2"):
+        est.explain("ltx-2", "decode", 512, 320, coefficients=[_without_onednn(packaged), lacking()], **ONEDNN)
+    # a layer of the same structures layers
+    same = est.explain("ltx-2", "decode", 512, 320, coefficients=[_without_onednn(json.loads(PACKAGED.read_text())),
+                                                                  None], **ONEDNN)
+    assert same.bytes == est.explain("ltx-2", "decode", 512, 320, **ONEDNN).bytes
+
+
+def test_a_batch_is_never_priced_below_one_sample():
+    """One sample of an untiled fp32 request on oneDNN is priced by the most a convolution's call holds, a batch by
+    its dry run plus its transient: where that is less (LTX-2's encode at 128x128, whose one sample copies its 432
+    MiB weight beside 1 MiB), the batch takes one sample's price, and says so."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    one = est.explain("ltx-2", "encode", 128, 128, **kw)
+    for batch, slicing in ((2, False), (2, True), (3, False), (4, True)):
+        e = est.explain("ltx-2", "encode", 128, 128, batch=batch, slicing=slicing, **kw)
+        assert e.bytes >= one.bytes
+        assert ("at one sample's price" in e.reason) == (e.bytes == one.bytes)
+    two = est.explain("ltx-2", "encode", 128, 128, batch=2, **kw)
+    assert two.bytes == one.bytes and two.reason.endswith(one.reason) and two.source == one.source

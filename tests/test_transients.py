@@ -224,7 +224,9 @@ def test_a_malformed_conv_transients_is_refused():
     for bad, message in ((lambda c: c.__setitem__(0, [1, 5, [], []]), "conv_transients must be lists of"),
                          (lambda c: c.reverse(), "the heaviest weight first"),
                          (lambda c: c[0][7].__setitem__(0, c[0][7][0][::-1]), "conv_transients must be lists of"),
-                         (lambda c: c[0][7].__setitem__(0, [[1, -5]]), "conv_transients must be lists of")):
+                         (lambda c: c[0][7].__setitem__(0, [[1, -5]]), "conv_transients must be lists of"),
+                         # no live bytes at a knot where it runs
+                         (lambda c: c[0][7].__setitem__(0, []), "conv_transients must be lists of")):
         import json
 
         d = json.loads(json.dumps({k: v for k, v in doc.items() if not k.startswith("_")}))

@@ -351,13 +351,17 @@ def _layer(docs: list) -> dict:
                                  f"{i + 1}'s structure {key} would price them with; refit layer {j + 1} with "
                                  f"`vaemem fit` (from a dry-run cache with {cached})")
         # the same for the live bytes at the convolutions' calls, which the untiled fp32 lines of schema 12 are in
-        # (where the oneDNN lines are older, the document's schema is theirs and they are never read)
+        # (where the oneDNN lines are older, the document's schema is theirs and the live bytes are never read)
         for j in onednn:
             own = docs[j].get("structures", {}).get(key)
-            if j != i and own is not None and _call_peaks(own) and not _call_peaks(st):
-                raise ValueError(f"coefficients layer {i + 1}'s structure {key} lacks the live bytes at its "
-                                 f"convolutions' calls, which layer {j + 1}'s oneDNN lines are priced with; refit "
-                                 f"layer {i + 1} with `vaemem fit`")
+            if j == i or own is None or docs[j]["schema_version"] < CALL_PEAK_SCHEMA \
+                    or _call_peaks(own) == _call_peaks(st):
+                continue
+            lacks = i if _call_peaks(own) else j
+            raise ValueError(f"coefficients layer {i + 1}'s structure {key} "
+                             f"{'lacks' if lacks == i else 'carries'} the live bytes at its convolutions' calls, "
+                             f"which layer {j + 1}'s oneDNN lines were fitted {'with' if lacks == i else 'without'}; "
+                             f"refit layer {lacks + 1} with `vaemem fit`")
     models: dict = {}
     groups: dict = {}
     calibrations: dict = {}
@@ -584,6 +588,8 @@ def _check_structure(s: dict, where: str) -> None:
                                   and isinstance(c[4], list) and len(c[4]) == len(knots)
                                   and all(t is None or (_num(t) and t >= -1) for t in c[4])
                                   and rules(c[5]) and buffers(c[6]) and all(polylines(v) for v in c[7:])
+                                  # no live bytes exactly at the knots where it does not run (its rule law 0)
+                                  and all((not p) == (r == [0, 0, 0]) for v in c[7:] for p, r in zip(v, c[2]))
                                   for c in convs)
               and [c[0] for c in convs] == sorted((c[0] for c in convs), reverse=True),
               f"{where}.conv_transients", f"lists of [weight elements > 0, input rank 3-5, {len(knots)} rule laws "
@@ -1715,11 +1721,19 @@ class _Plan:
             if cp is not None:  # the lines are in the larger of the two, the transient in it (schema 12)
                 kd = k1 = max(kd, cp)
                 copy = 0
+            # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
+            # line plus the transient, never below one sample (LTX-2's fp32 encode at 128x128: 487 MiB for two, 490
+            # for one)
+            single = self.price(w, h, 1, f, t)[1] if b > 1 and self.calls is not None else 0
             if self.own is not None:
                 v, floored = _floored(self.own, kd, k1, self.arch_video and f == 1, w * h, copy, dry)
                 env = int(v)
+                if single > env:
+                    return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry)[0])
+            if single > env:
+                return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             whole = self._whole(w, h, b, f, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
@@ -1984,12 +1998,13 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
 
 def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int) -> float | None:
     """The largest of the bytes live at a convolution's call plus the transient it holds there (its weight's copy
-    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled fp32 request of one sample, or
-    None where the structure does not carry the live bytes at the calls (before schema 12). Why: a transient adds
-    to what is live at its own call, not to the peak. LTX-2's decoder copies its 432 MiB weight where 2-40 MiB
-    are live, and its demand is 1.04-1.07x the larger of this and the dry-run peak at every size from 128x128
-    to 1024x576 x 9 frames, where the peak plus the copy read 1.46x at 512x320 x 9 and a line over the two, which
-    cannot tell a copy at the peak from one beside few tensors, under-reserved a held-out 1024x576 x 9 (0.86x)."""
+    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled fp32 request of one sample,
+    or None where the structure does not carry the live bytes at the calls (before schema 12).
+    Why: a transient adds to what is live at its own call, not to the peak. LTX-2's decoder copies its 432 MiB
+    weight where 2-40 MiB are live, and its demand is 1.04-1.06x the larger of this and the dry run with oneDNN's
+    buffers at every size from 128x128 x 9 frames to 1024x576 x 9, where the peak plus the copy read 1.46x at
+    512x320 x 9 and a line over the two, which cannot tell a copy at the peak from one beside few tensors,
+    under-reserved a held-out 1024x576 x 9 (0.86x)."""
     convs = s["conv_transients"]
     if len(convs[0]) < 9:
         return None
@@ -1999,8 +2014,8 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int) -> float
 
 def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple[int, float, float]]:
     """Per convolution of ``s["conv_transients"]`` at one sample of a request, (weight elements it copies, im2col
-    elements it holds) at a call where it holds one, with the bytes live at that call (0 without the laws): its
-    largest call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`)."""
+    elements it holds) at a call where it holds one, with the bytes live at that call (0 without them): its largest
+    call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`)."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
@@ -2013,8 +2028,9 @@ def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple
         return a * area + b * half_perimeter + c
 
     def polyline(at: list) -> float:  # the live bytes between the segment's knots (see :func:`_polyline`)
-        lo, hi = _polyline(at[j], pixels), _polyline(at[i], pixels)
-        return lo + (hi - lo) * u
+        # a knot where the convolution does not run (Wan's 2-D ones past one frame) takes the other's
+        lo, hi = _polyline(at[j] or at[i], pixels), _polyline(at[i] or at[j], pixels)
+        return max(0.0, lo + (hi - lo) * u)
 
     for w, rank, rule, cols, last, rule_min, cols_min, *lives in s["conv_transients"]:
         live = polyline(lives[0]) if lives else 0.0
@@ -2032,10 +2048,11 @@ def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple
 
 def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
               frames: int) -> float | None:
-    """:func:`conv_call_peak_bytes` where a request's lines are in the larger of it and the dry run (from schema
-    12): an untiled fp32 request of one sample on a weight-copying backend whose untiled fp32 structure ``s``
-    carries the live bytes at its convolutions' calls, and then no transient is added; else None (the line adds
-    the transient, :func:`conv_transient_bytes`)."""
+    """:func:`conv_call_peak_bytes` where a request's lines are in the larger of it and the dry run with oneDNN's
+    buffers (from schema 12): an untiled fp32 request of one sample on a weight-copying backend whose untiled fp32
+    structure ``s`` carries the live bytes at its convolutions' calls, and then no transient is added; else None
+    (the line adds the transient, :func:`conv_transient_bytes`; a batch is never priced below one sample:
+    ``_Plan.price``)."""
     if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or not _priced_by_rule(s, dtype, tiled):
         return None
     return conv_call_peak_bytes(s, width, height, frames)  # type: ignore[arg-type]
@@ -2159,9 +2176,14 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                           f"bytes live there and its weight copy or im2col buffer, above its live tensors' peak "
                           f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers")
                 dry = one = cp
-            else:
-                hidden += ("; each convolution's weight copy or im2col buffer, with the bytes live at its call, "
-                           "stays below that")
+        if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
+            e1 = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                         allocator=allocator, os=os, frames=frames, cast=cast, attention=attention,
+                         coefficients=coefficients)
+            return Estimate(total, e1.source, e1.group, f"a batch of {int(batch)} at one sample's price, which it "
+                            f"never needs less than (its line prices one sample by the most a convolution's call "
+                            f"holds, a batch by its dry run and transient, here less): {e1.reason}", env,
+                            plan.cast_bytes, 0, pixels)
         if own is not None:
             branch = ""
             if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which

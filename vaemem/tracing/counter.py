@@ -128,8 +128,9 @@ def conv_live_bytes(out: torch.Tensor) -> int:
     """Bytes a convolution call adds to the live tensors before any transient of its own: its output and, on oneDNN
     in fp32, the output's reorder (:func:`onednn_hidden_bytes`; taken on torch's own path too, where the call holds
     an im2col buffer instead: a bound above by one output, which the small inputs that take that path carry
-    easily). With the live bytes before it, what a weight copy or buffer adds to (``vaemem.estimate.conv_call_peak_bytes``):
-    LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are live, not at its 1129 MiB peak."""
+    easily). With the live bytes before it, what a weight copy or buffer adds to
+    (``vaemem.estimate.conv_call_peak_bytes``): LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are live,
+    not at its 1129 MiB peak."""
     return 2 * out.numel() * out.element_size()
 
 

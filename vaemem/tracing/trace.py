@@ -104,9 +104,9 @@ class TraceResult:
     next two dims, and 1 where a clause that ignores the size held: groups, kernel or N > 1, and the elements of its
     im2col buffer: a sample's input channels x kernel x output positions, 0 for a 1x1 kernel of stride 1 without
     padding, 1 where a call's input or weight was channels-last, which makes oneDNN's copy two, and the fewest
-    elements a call read with that call's buffer: torch decides call by call, the most bytes live at a call, its output
-and the output's oneDNN reorder with them, and the most at a call of the fewest elements), the heaviest weight first: where
-    oneDNN runs it, it holds a copy of the weight, where it does not, the buffer
+    elements a call read with that call's buffer: torch decides call by call, the most bytes live at a call, its
+    output and the output's oneDNN reorder with them, and the most at a call of the fewest elements), the heaviest
+    weight first: where oneDNN runs it, it holds a copy of the weight, where it does not, the buffer
     (:func:`vaemem.estimate.conv_transient_bytes`). ``onednn_peak_bytes``: the peak with, while each op runs, what
     it holds on a CPU's oneDNN beyond its output (:func:`vaemem.tracing.counter.onednn_hidden_bytes`; a replayed
     call raises it by its first call's inner one); ``onednn_peak_bytes_no_amx`` the same on a CPU without AMX tiles
