@@ -2176,6 +2176,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                           f"bytes live there and its weight copy or im2col buffer, above its live tensors' peak "
                           f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers")
                 dry = one = cp
+            else:
+                hidden += ("; each convolution's weight copy or im2col buffer, with the bytes live at its call, "
+                           "stays below that")
         if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
             e1 = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                          allocator=allocator, os=os, frames=frames, cast=cast, attention=attention,
