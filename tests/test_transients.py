@@ -305,3 +305,17 @@ def test_hunyuanvideo_15s_copies_between_grid_sizes_follow_its_projection():
         assert copied == want * 226_492_416, (w, h)
     big = trace(TraceSpec("hunyuanvideo-1.5", "decode", "fp32", 160, 112, frames=9)).conv_inputs[0]
     assert big[0] == 226_492_416 and big[7] == 1
+
+
+@pytest.mark.parametrize("name,op,w,h,f", [
+    ("ltx-2", "decode", 160, 96, 9),  # its kernel switch: an im2col buffer where the copy comes later
+    ("ltx-2", "decode", 512, 320, 97),  # past the last knot
+    ("wan21", "decode", 832, 480, 81),  # replayed chunks
+    ("cogvideox", "decode", 720, 480, 49),  # split convolutions
+    ("mochi", "encode", 320, 192, 31)])  # 6 s for the five
+def test_the_packaged_call_peaks_reproduce_fresh_dry_runs_of_real_architectures(name, op, w, h, f):
+    """The packaged structures' call peak at app sizes off the grid (oblong, between and past the frame knots)
+    against a fresh dry run's own record, within 1 % (0.1 % at these, 2026-12-04)."""
+    s = est.load(None)["structures"][est.structure_key(name, op, "fp32", False)]
+    call, want = est.conv_call_peak_bytes(s, w, h, f), _call_truth(TraceSpec(name, op, "fp32", w, h, frames=f))
+    assert abs(call - want) <= 0.01 * want, (call, want)
