@@ -645,7 +645,7 @@ def test_a_cpu_without_amx_prices_half_precision_by_its_own_factor():
     e = est.explain("wan21", "encode", 768, 512, frames=9, backend="onednn", tile=512, **kw)  # AMX (campaign 22)
     assert f"x {wan:.4g} for the buffers oneDNN's ops hold" in e.reason and "an upper bound" not in e.reason
     e = est.explain("sd15", "decode", 1024, 1024, backend="onednn", **{**kw, "dtype": "fp32"})
-    assert f"x {full['onednn_hidden_factor']:.4g} for the buffers" in e.reason
+    assert f"x {full['onednn_hidden_factor']:.4g} for " in e.reason  # (the call peak may lead: "for oneDNN's buffers")
     point = dict(tile=None, attention="fused", slicing=False)
     key = dict(architecture="sd15", op="decode", dtype="bf16", conv_backend="onednn")
     assert co.hidden_of(point, key, doc["structures"]) == no_amx

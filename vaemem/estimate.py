@@ -1721,6 +1721,8 @@ class _Plan:
             if cp is not None:  # the lines are in the larger of the two, the transient in it (schema 12)
                 kd = k1 = max(kd, cp)
                 copy = 0
+            elif self.calls is not None:  # a batch's per-sample term: one sample's dry run as it is priced
+                k1 = max(k1, call_peak(self.calls, "fp32", self.backend, t is not None, 1, w, h, f) or 0.0)
             # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
             # line plus the transient, never below one sample (LTX-2's fp32 encode at 128x128: 487 MiB for two, 490
             # for one)
@@ -2179,6 +2181,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             else:
                 hidden += ("; each convolution's weight copy or im2col buffer, with the bytes live at its call, "
                            "stays below that")
+        elif plan.calls is not None:  # a batch: its per-sample term is one sample's dry run as it is priced
+            one = max(one, call_peak(plan.calls, "fp32", plan.backend, tile is not None, 1, int(width), int(height),
+                                     int(frames)) or 0.0)
         if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
             e1 = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                          allocator=allocator, os=os, frames=frames, cast=cast, attention=attention,

@@ -349,7 +349,11 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     if cp is not None:
         top = max(k * d[0], cp)
         return top, top, 0, single, q["width"] * q["height"], 0, d[0]
-    return k * d[0], k * d[1], 0, single, q["width"] * q["height"], transient_bytes(point, key, structures), d[0]
+    # a batch's per-sample term is one sample's dry run as one sample is priced: with its call peak
+    one = est.call_peak(s, key["dtype"], key["conv_backend"], bool(q["tile"]), 1, q["width"], q["height"],
+                        q["frames"])
+    return (k * d[0], max(k * d[1], one or 0.0), 0, single, q["width"] * q["height"],
+            transient_bytes(point, key, structures), d[0])
 
 
 def _live(r: tuple) -> float:

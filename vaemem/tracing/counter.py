@@ -22,8 +22,9 @@ live at a call (:func:`conv_live_bytes`): a transient adds to those, not to the 
 And ``onednn_peak``: the peak with, while each op runs, the buffers a CPU op on oneDNN holds beyond its output
 and no tensor shows (:func:`onednn_hidden_bytes`): the dry run's CPU variant; ``onednn_peak_no_amx`` the same on
 a CPU without AMX tiles, whose half-precision convolutions hold other buffers.
-On the meta device (``cpu_strides``) it gives 5-D convolutions' and pads' outputs the strides the CPU gives them
-(:func:`_as_on_cpu`), so that format is followed as the CPU follows it.
+On the meta device (``cpu_strides``) it gives convolutions' and 3-D pads' outputs the strides the CPU gives them
+(:func:`_as_on_cpu`), and takes back a channels-last format a meta kernel made up (:func:`_new_format_on_meta`),
+so that format is followed as the CPU follows it (the group norm's own rule is ``vaemem.tracing.trace``'s).
 """
 
 from __future__ import annotations
@@ -46,15 +47,50 @@ _FAKE_CPU: Any = None  # one FakeTensorMode for every convolution's stride quest
 
 
 def _is_channels_last(t: object) -> bool:
-    """A 5-D tensor that torch's ``suggest_memory_format`` (what its convolution backends read) calls
-    channels-last, and not contiguous. Why not 4-D: there the answer turns on the stride of
-    a size-1 batch dim, which the meta device's elementwise kernels set otherwise than the CPU's (SD1.5's
-    attention output: (32, 1, 768, 32) on the CPU, not channels-last to its convolution, (12288, 1, 768, 32) on
-    the meta device), so a 2-D model's formats are left as the meta device gives them (contiguous)."""
+    """A 4-D or 5-D tensor that torch's ``suggest_memory_format`` (what its convolution backends read) calls
+    channels-last, and not contiguous. In 4-D the answer can turn on the stride of a size-1 batch dim, which some
+    meta kernels set otherwise than the CPU's: :func:`_new_format_on_meta` puts those back."""
     from torch._prims_common import suggest_memory_format
 
-    return isinstance(t, torch.Tensor) and t.dim() == 5 and not t.is_contiguous() \
-        and suggest_memory_format(t) == torch.channels_last_3d
+    if not isinstance(t, torch.Tensor) or t.dim() not in (4, 5) or t.is_contiguous():
+        return False
+    return suggest_memory_format(t) == (torch.channels_last_3d if t.dim() == 5 else torch.channels_last)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (computed, not allocated: under the counter an empty tensor
+    would count)."""
+    strides, size = [], 1
+    for d in reversed(shape):
+        strides.append(size)
+        size *= d
+    return tuple(reversed(strides))
+
+
+def channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a channels-last tensor of ``shape`` (N, C, spatial...), computed as :func:`contiguous_strides`."""
+    n, c, *space = shape
+    inner, size = [0] * len(space), c
+    for i in range(len(space) - 1, -1, -1):
+        inner[i] = size
+        size *= space[i]
+    return (size, 1, *inner)
+
+
+def _new_format_on_meta(args: Any, kwargs: Any, out: Any) -> Any:
+    """``out`` of a meta op, restrided contiguous where it is a new 4-D storage channels-last to torch while none
+    of the op's inputs is: the CPU's kernel kept its input's strides, a size-1 batch dim's among them, where the
+    meta kernel recomputed them (KL's ``rescale_output_factor`` division after its attention: (1, 32, 16, 24) of
+    strides (32, 1, 768, 32) gives (32, 1, 768, 32) on the CPU, (12288, 1, 768, 32), channels-last, on the meta
+    device, and two convolutions after it copied their weight twice in the dry run, once on the CPU). Any layout
+    that is not channels-last runs the same convolution path and holds the same bytes."""
+    if not isinstance(out, torch.Tensor) or out.dim() != 4 or not _is_channels_last(out):
+        return out
+    inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+    key = out.untyped_storage()._cdata
+    if any(_is_channels_last(a) or a.untyped_storage()._cdata == key for a in inputs):
+        return out
+    return out.as_strided(out.shape, contiguous_strides(tuple(out.shape)))
 
 
 def _any_channels_last(args: Any, kwargs: Any) -> bool:
@@ -63,11 +99,10 @@ def _any_channels_last(args: Any, kwargs: Any) -> bool:
 
 
 # Ops whose CPU kernels give a channels-last input's format to their output, where their meta kernels give a
-# contiguous one (checked on real CPU tensors by the tests; 5-D only, as _is_channels_last); elementwise ops, cat,
-# interpolation and the constant pad already agree on the meta device (TensorIterator's rule is the device's own).
-# Not followed: a group norm of a channels-last input, which the CPU keeps channels-last where torch's C++
-# suggest_memory_format says so and the meta device copies to contiguous first (the strides of size-1 dims differ
-# between the two by then, so the question cannot be answered on the meta device alone).
+# contiguous one (checked on real CPU tensors by the tests); elementwise ops, cat, interpolation and the constant
+# pad already agree on the meta device (TensorIterator's rule is the device's own). A group norm of a channels-last
+# input, which the CPU runs as it is and the meta device copies to contiguous first, is vaemem.tracing.trace's
+# _group_norm_as_on_cpu.
 _KEEPS_FORMAT_ON_CPU = {torch.ops.aten.replication_pad3d.default, torch.ops.aten.reflection_pad3d.default}
 
 
@@ -298,6 +333,8 @@ class LiveBytes(TorchDispatchMode):
         if self.cpu_strides and (func is _CONVOLUTION or func in _KEEPS_FORMAT_ON_CPU) \
                 and _any_channels_last(args, kwargs):
             out = _as_on_cpu(func, args, kwargs or {}, out)
+        elif self.cpu_strides:
+            out = _new_format_on_meta(args, kwargs, out)
         if func is _CONVOLUTION:
             self._conv(args, out)
         for t in tree_flatten(out)[0]:

@@ -448,7 +448,7 @@ def _affine(e: dict[int, int], rank: int) -> list[float]:
     return [a, b, float(math.ceil(max(e[v] - a * v * v - b * v for v in sides)))]
 
 
-def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int], lives: bool = True) -> list[list[Any]]:
+def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int]) -> list[list[Any]]:
     """The structure's ``conv_transients`` (:func:`vaemem.estimate.conv_transient_bytes`) from the dry runs'
     ``conv_inputs`` (``convs``: (width, height, frames, tile) -> its conv_inputs, square sizes): per weight's shape
     (two of one size grow by different laws), heaviest first, at each knot the input elements torch's oneDNN rule
@@ -460,11 +460,7 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int], live
     a smallest call (:func:`vaemem.tracing.counter.conv_live_bytes`), what a copy or buffer adds to, as
     [pixels, bytes] at each square side of the grid (not a law: where its most-live call moves to another block,
     it steps, as HunyuanVideo's encoder's 7 M weight from 512 to 1024 px, 4.0x to 5.4x its bytes, and a law
-    through the smaller sides, raised to cover it, put 887 MiB at every size). ``lives``: only for 3-D
-    convolution classes, where the dry run follows the CPU's channels-last formats, which double a copy (2-D
-    inputs are left contiguous: :func:`vaemem.tracing.counter._is_channels_last`; HunyuanImage-2.1's decoder
-    holds two copies of its 144 MiB weight at 256 px, measured call by call, where the dry run sees one, so its
-    call peak would be 146 MiB for a demand of 309). Why affine, not per unit: LTX-2's
+    through the smaller sides, raised to cover it, put 887 MiB at every size). Why affine, not per unit: LTX-2's
     decoder pads its latent by a row on each side before the convolution (one frame at 128 px reads 18432
     elements, 144 per row, at 64 px 192 per row: a ratio through 64 px would have copied at 128 px a 432 MiB
     weight oneDNN never held)."""
@@ -493,7 +489,7 @@ def _conv_transients(convs: dict[tuple, list[list[int]]], knots: list[int], live
     return [[weight, rank, rule, laws(at, rank, 2, False),
              [_channels_last_from({h: (-1 if r[1] or rank == 3 else r[0], r[3]) for h, r in at[i].items()},
                                   crossings[i], rule[i], rank) if i in at else None for i in range(len(knots))],
-             fewest, laws(at, rank, 5, False), *([polyline(at, 6), polyline(at, 7)] if lives else [])]
+             fewest, laws(at, rank, 5, False), polyline(at, 6), polyline(at, 7)]
             for weight, rank, at, rule, fewest in built]
 
 
@@ -646,8 +642,7 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         out["clips"] = {"frames": cf, "output_bytes_per_pixel": _milli_up(per),
                         "pad_bytes_per_pixel_frame": _input_bytes_per_pixel_frame(spec, dtype)}
     if not tiled and attention == "fused" and dtype == "fp32" and all(convs[k] is not None for k in wanted):
-        out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"],
-                                                  lives=spec.kernel == "conv3d")
+        out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
         # architecture the same at every size and batch (to 1e-4; on the math path 1.12-1.20 where the score

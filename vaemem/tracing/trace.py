@@ -414,6 +414,36 @@ def _attention_as_on_cpu() -> Iterator[None]:
         F.scaled_dot_product_attention = original
 
 
+@contextmanager
+def _group_norm_as_on_cpu() -> Iterator[None]:
+    """Within the block, a group norm of a channels-last meta tensor runs as on the CPU: on its input as it is,
+    its output channels-last. On the meta device ``aten.group_norm`` first copies such an input to contiguous (a
+    clone the CPU never makes, counted), and its output is contiguous, so the convolutions after it lost the format
+    the CPU keeps: HunyuanImage-2.1's decoder runs every convolution after its mid-block attention on a
+    channels-last input, each holding two copies of its weight (288 MiB for its 144 MiB one at 256 px, measured call
+    by call), where the dry run saw one."""
+    import torch
+    import torch.nn.functional as F
+
+    from vaemem.tracing.counter import _is_channels_last, channels_last_strides
+
+    original = F.group_norm
+
+    def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+        if input.device.type != "meta" or not _is_channels_last(input):
+            return original(input, num_groups, weight, bias, eps)
+        n, c = input.shape[:2]
+        out = torch.ops.aten.native_group_norm(input, weight, bias, n, c, input.numel() // (n * c), num_groups,
+                                               eps)[0]
+        return out.as_strided(out.shape, channels_last_strides(tuple(out.shape)))
+
+    F.group_norm = group_norm
+    try:
+        yield
+    finally:
+        F.group_norm = original
+
+
 SPLIT_CONVS = ("CogVideoXSafeConv3d",)  # classes whose forward splits an input of more than 2^30 elements
 
 
@@ -559,6 +589,7 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
         if fake:
             stack.enter_context(_fast_masks(model))
             stack.enter_context(_attention_as_on_cpu())
+            stack.enter_context(_group_norm_as_on_cpu())
         split_calls: list[list[int]] = []
         events: list[tuple[int, int]] = []
         for r in replays:
