@@ -1716,13 +1716,10 @@ class _Plan:
                              self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            kd, k1 = self.hidden * dry, self.hidden * one
-            cp = None if self.calls is None else call_peak(self.calls, "fp32", self.backend, t is not None, b, w, h, f)
-            if cp is not None:  # the lines are in the larger of the two, the transient in it (schema 12)
-                kd = k1 = max(kd, cp)
+            kd, k1, cp = call_dry_runs(self.calls, "fp32", self.backend, t is not None, b, w, h, f,
+                                       self.hidden * dry, self.hidden * one)
+            if cp is not None:  # the transient is in them (schema 12)
                 copy = 0
-            elif self.calls is not None:  # a batch's per-sample term: one sample's dry run as it is priced
-                k1 = max(k1, call_peak(self.calls, "fp32", self.backend, t is not None, 1, w, h, f) or 0.0)
             # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
             # line plus the transient, never below one sample (LTX-2's fp32 encode at 128x128: 487 MiB for two, 490
             # for one)
@@ -2007,8 +2004,7 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int) -> float
     buffers at every size from 128x128 x 9 frames to 1024x576 x 9, where the peak plus the copy read 1.46x at
     512x320 x 9 and a line over the two, which cannot tell a copy at the peak from one beside few tensors,
     under-reserved a held-out 1024x576 x 9 (0.86x)."""
-    convs = s["conv_transients"]
-    if len(convs[0]) < 9:
+    if not _call_peaks(s):
         return None
     return max(live + ELEMENT_SIZE["fp32"] * max(copy, buffer) for copy, buffer, live in
                _conv_calls(s, width, height, frames))
@@ -2058,6 +2054,22 @@ def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int,
     if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or not _priced_by_rule(s, dtype, tiled):
         return None
     return conv_call_peak_bytes(s, width, height, frames)  # type: ignore[arg-type]
+
+
+def call_dry_runs(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
+                  frames: int, dry: float, one: float) -> tuple[float, float, float | None]:
+    """(dry run, dry run of one sample, the call peak or None) a request's lines take, from its dry run ``dry`` and
+    one sample's ``one`` as its platform's lines are in them (:func:`onednn_hidden_factor`): where
+    :func:`call_peak` applies, the larger of the dry run and it for both, and the transient is in them (not
+    added); else the dry runs, a batch's per-sample term one sample's as one sample is priced (its call peak where
+    that leads). The fit's rows (``vaemem.fit.coefficients.row_of``), the price and the reason all take them
+    here."""
+    cp = call_peak(s, dtype, backend, tiled, batch, width, height, frames)
+    if cp is not None:
+        top = max(dry, cp)
+        return top, top, cp
+    single = None if batch == 1 else call_peak(s, dtype, backend, tiled, 1, width, height, frames)
+    return dry, one if single is None else max(one, single), None
 
 
 def _polyline(points: list, pixels: float) -> float:
@@ -2169,21 +2181,18 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         live, dry, one = dry, k * dry, k * one  # the lines are in oneDNN's dry run (hidden)
         hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
                   f"oneDNN's ops hold while they run" if k != 1 else "")
-        cp = None if plan.calls is None else call_peak(plan.calls, "fp32", plan.backend, tile is not None,
-                                                       int(batch), int(width), int(height), int(frames))
-        if cp is not None:  # the lines are in the larger of the two, with the transient (schema 12)
+        top, one, cp = call_dry_runs(plan.calls, "fp32", plan.backend, tile is not None, int(batch), int(width),
+                                     int(height), int(frames), dry, one)
+        if cp is not None:  # the transient is in them (schema 12)
             copy = 0
             if cp > dry:
                 hidden = (f"; that dry-run peak is the most a convolution's call holds, {cp / MIB:.0f} MiB: the "
                           f"bytes live there and its weight copy or im2col buffer, above its live tensors' peak "
                           f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers")
-                dry = one = cp
             else:
                 hidden += ("; each convolution's weight copy or im2col buffer, with the bytes live at its call, "
                            "stays below that")
-        elif plan.calls is not None:  # a batch: its per-sample term is one sample's dry run as it is priced
-            one = max(one, call_peak(plan.calls, "fp32", plan.backend, tile is not None, 1, int(width), int(height),
-                                     int(frames)) or 0.0)
+        dry = top
         if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
             e1 = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                          allocator=allocator, os=os, frames=frames, cast=cast, attention=attention,

@@ -331,9 +331,9 @@ def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, 
 def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple | None:
     """A measured point as a calibration row: (dry, dry of one sample, demand, one-frame clip of a video model,
     frame pixels, transient, live tensors' dry run), demand left out (0 here, the caller's), or None where no
-    structure covers it. The dry runs are those the platform's lines are in (:func:`hidden_of`), or, where the point
-    is priced by its convolutions' calls (:func:`vaemem.estimate.call_peak`), the larger of that and the dry run,
-    with no transient: as the estimator prices the request."""
+    structure covers it. The dry runs are those the platform's lines are in (:func:`hidden_of`), as the estimator
+    takes them (:func:`vaemem.estimate.call_dry_runs`: where the point is priced by its convolutions' calls, the
+    larger of that and the dry run, with no transient)."""
     from vaemem import estimate as est
     from vaemem.models.zoo import get_spec
 
@@ -344,16 +344,10 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     q = point
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
-    cp = est.call_peak(s, key["dtype"], key["conv_backend"], bool(q["tile"]), q["batch"], q["width"], q["height"],
-                       q["frames"])
-    if cp is not None:
-        top = max(k * d[0], cp)
-        return top, top, 0, single, q["width"] * q["height"], 0, d[0]
-    # a batch's per-sample term is one sample's dry run as one sample is priced: with its call peak
-    one = est.call_peak(s, key["dtype"], key["conv_backend"], bool(q["tile"]), 1, q["width"], q["height"],
-                        q["frames"])
-    return (k * d[0], max(k * d[1], one or 0.0), 0, single, q["width"] * q["height"],
-            transient_bytes(point, key, structures), d[0])
+    dry, one, cp = est.call_dry_runs(s, key["dtype"], key["conv_backend"], bool(q["tile"]), q["batch"], q["width"],
+                                     q["height"], q["frames"], k * d[0], k * d[1])
+    transient = 0 if cp is not None else transient_bytes(point, key, structures)
+    return dry, one, 0, single, q["width"] * q["height"], transient, d[0]
 
 
 def _live(r: tuple) -> float:

@@ -124,7 +124,7 @@ def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
                     if isinstance(a, torch.Tensor) else a for a in args]
             want = _CONVOLUTION(*fake).stride()
     elif func in _KEEPS_FORMAT_ON_CPU:
-        want = torch.empty(out.shape, device="meta").contiguous(memory_format=torch.channels_last_3d).stride()
+        want = channels_last_strides(tuple(out.shape))
     else:
         return out
     # the same storage seen with other strides (a dense tensor's bytes are the same in either format)

@@ -62,9 +62,9 @@ Facts it rests on (dry runs, torch 2.13 / diffusers 0.42; tests re-check them on
   LTX-Video 0.9.5's decoder copies its 432 MiB weight at 320x192 x 9 frames and not at 256x160 x 9 (the rule
   reads 24576 and 20480 elements); Mochi's encoder holds a 101 MiB buffer at one frame of 160x96. A transient adds
   to the bytes live at its call, not to the peak: per convolution the structure also carries the most bytes live
-  at a call, the same law in pixels, and the estimator takes the larger of the dry-run peak and the largest sum
-  (:func:`vaemem.estimate.conv_call_peak_bytes`). LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are
-  live: its demand is 1.04-1.07x that larger one at every size from 128x128 to 1024x576 x 9 frames.
+  at a call, per knot at the grid's square sizes, and the estimator takes the larger of the dry-run peak and the
+  largest sum (:func:`vaemem.estimate.conv_call_peak_bytes`). LTX-2's decoder copies its 432 MiB weight where
+  2-40 MiB are live: its demand is 1.04-1.06x that larger one at every size from 128x128 to 1024x576 x 9 frames.
 * Slicing (diffusers' ``enable_slicing``: a batch run one sample at a time) peaks at one sample's peak plus the
   outputs of the samples before it: ``peak(1) + (batch - 1) x output(1)``, exact in dry runs of every class probed.
   So an untiled structure also carries one sample's output bytes per pixel at each knot, and slicing needs no dry
