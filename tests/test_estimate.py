@@ -324,7 +324,7 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
     assert est.working_memory_bytes("sdxl", "decode", 512, 512, **kw) == first
     est.clear_cache()
     path.write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
-    with pytest.raises(ValueError, match=r"newer than this estimator reads \(3-12\)"):
+    with pytest.raises(ValueError, match=rf"newer than this estimator reads \(3-{est.SCHEMA_VERSION}\)"):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
@@ -681,6 +681,19 @@ def test_weight_copy_fields_are_validated(tmp_path):
          f"calibrations[{k}].transfer_lines.wan21.transient_seen_bytes must be only on an own line"),
         (lambda d: d["calibrations"][j]["transfer_lines"]["sd15"].__setitem__("weight_copy_factor", 1.05),
          f"calibrations[{j}].transfer_lines.sd15.weight_copy_factor must be absent off onednn"),
+        (lambda d: d["calibrations"][k]["architectures"]["ltx-2"].__setitem__("resident_bytes", -1),
+         f"calibrations[{k}].architectures.ltx-2.resident_bytes must be a non-negative number"),
+        (lambda d: d["calibrations"][k]["architectures"]["ltx-2"].__delitem__("resident_factor"),
+         f"calibrations[{k}].architectures.ltx-2.resident_factor must be present exactly where resident_bytes or "
+         f"single_frame_resident_bytes is"),
+        (lambda d: d["calibrations"][k]["class"].update(resident_factor=1.05, resident_bytes=0),
+         f"calibrations[{k}].class.resident_factor must be only on an own line on onednn"),
+        (lambda d: d["calibrations"][j]["architectures"]["sd15"].update(resident_factor=1.05, resident_bytes=0),
+         f"calibrations[{j}].architectures.sd15.resident_factor must be only on an own line on onednn"),
+        (lambda d: as_schema(d, 12) and d["calibrations"][k]["architectures"]["ltx-2"].update(
+            resident_factor=1.05, resident_bytes=0),
+         f"calibrations[{k}].architectures.ltx-2.resident_factor must be only on an own line on onednn, onednn-amx "
+         f"(from schema 13)"),
     ]:
         bad = json.loads(json.dumps(doc))
         mutate(bad)
@@ -972,3 +985,17 @@ def test_a_duplicated_calibration_or_group_is_refused(tmp_path, field, message):
     est.clear_cache()
     with pytest.raises(ValueError, match=re.escape(message)):
         est.load(bad)
+
+
+def test_the_reason_says_when_the_resident_branch_prices():
+    """Wan 2.2's bf16 encode on the AMX Xeon, 4.2x past its largest point: its line (0.977 x the dry run) falls
+    below 1.05 x (dry run + the 7 MiB every point held beyond it), which prices it and is said."""
+    kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux", frames=9)
+    e = est.explain("wan22", "encode", 512, 512, **kw)
+    assert e.source == "measured" and "the least any of its points needed beyond its dry run), above" in e.reason
+    (cal,) = [c for c in est.load()["calibrations"]
+              if c["calibration"] == "conv3d/onednn-amx/glibc-fixed/bf16/linux/encode/untiled"]
+    line = cal["architectures"]["wan22"]
+    assert line["resident_factor"] == 1.05 and line["resident_bytes"] > 0
+    small = est.explain("wan22", "encode", 160, 96, **kw)
+    assert "the least any of its points needed" not in small.reason  # in its points' range the line prices

@@ -577,6 +577,8 @@ def test_a_class_agrees_in_the_dry_run_with_onednns_buffers(tmp_path):
     low = json.loads(json.dumps(coef))
     own = low["calibrations"][0]["architectures"]["cogview4"]
     own.update(dry_factor=0.5, per_sample_factor=0.0, base_bytes=0, weight_copy_factor=0.0)
+    for name in ("resident_factor", "resident_bytes"):  # its resident branch would set it (1.05 x the line's dry)
+        own.pop(name)
     e = est.explain("cogview4", "decode", 640, 640, dtype="fp32", backend="onednn", allocator="glibc-fixed",
                     os="linux", coefficients=low)
     assert e.bytes == int(est.LIVE_FLOOR_FACTOR * dry) and "x 1.5 for the buffers" in e.reason
@@ -823,6 +825,31 @@ def test_a_resident_floor_is_recovered_and_only_where_the_line_cannot_reach_it(t
     assert "floor_bytes" not in affine
 
 
+def test_an_own_line_on_onednn_never_prices_below_the_resident_bytes_every_point_held():
+    """Known answer, as LTX-2's fp32 decode on this CPU: demand is dry + 17 MiB + 4 % of the dry run beyond
+    500 MiB, measured at clips of 435-1150 MiB. The envelope through them is nearly a line through the origin; a
+    46 MiB clip held out needs 63 MiB. On oneDNN (``copies``) the own line carries a resident branch, 1.05 x (dry +
+    the 17 MiB every point held), and covers the clip; without it (aten) the line prices it below its demand. The
+    branch never changes a measured point's price, nor the line: an affine demand steeper than the dry run (1.3 x
+    dry + 40 MiB) is recovered exactly, and priced past its points by its slope."""
+    demand = lambda d: d + 17 * MIB + 0.04 * max(0.0, d - 500 * MIB)  # noqa: E731
+    rows = [(d * MIB, d * MIB, demand(d * MIB), False, 256 * 160, 0, d * MIB) for d in (435, 455, 767, 1150)]
+    small = 46 * MIB
+    onednn, aten = co.own_line(rows, 0.05, True), co.own_line(rows, 0.05, False)
+    assert onednn["resident_factor"] == 1.05 and onednn["resident_bytes"] == 17 * MIB  # 17.85 rounded down
+    assert "resident_bytes" not in aten
+    at = lambda ln, d: est.calibration_bytes(ln, d, d, False, 256 * 160, 0, live=d)  # noqa: E731
+    assert at(onednn, small) == pytest.approx(1.05 * small + 17 * MIB) and at(onednn, small) >= demand(small)
+    assert at(aten, small) < demand(small)
+    plain = {n: v for n, v in onednn.items() if not n.startswith("resident_")}
+    assert all(at(onednn, r[0]) == at(plain, r[0]) >= r[2] for r in rows)
+    steep = [(d * MIB, d * MIB, 1.3 * d * MIB + 40 * MIB, False, 256 * 160, 0, d * MIB) for d in (100, 300, 600, 900)]
+    line = co.own_line(steep, 0.0, True)
+    assert line["dry_factor"] == pytest.approx(1.3, abs=2e-4) and line["base_bytes"] == 40 * MIB
+    assert line["resident_bytes"] == 70 * MIB  # 0.3 x 100 MiB + 40 at the smallest point
+    assert at(line, 2000 * MIB) == pytest.approx(1.3 * 2000 * MIB + 40 * MIB, rel=1e-4)
+
+
 def test_a_flat_floor_is_taken_where_the_line_nearly_reaches_it():
     """Known answer: demand is max(160 MiB, 1.3 x dry + 20 MiB), three sizes on the floor, as HunyuanImage-2.1's
     bf16 decoder on this CPU. With the smallest held out, the line over the rest reserves more than
@@ -984,8 +1011,8 @@ def test_the_copy_branch_is_read_where_it_may_be_and_says_when_it_prices():
     assert "is held while few tensors are live, so it is not added" in live.reason
     assert "the copy branch (" not in live.reason
     for change, message in (
-            (lambda d: d.update(schema_version=10), r"must be only on an own line on onednn, onednn-amx \(from "
-                                                     r"schema 11\)"),
+            (lambda d: as_schema(d, 12).update(schema_version=10),
+             r"must be only on an own line on onednn, onednn-amx \(from schema 11\)"),
             (lambda d: d["calibrations"][i]["class"].update(copy_line=own["copy_line"]), "only on an own line"),
             (lambda d: d["calibrations"][i]["architectures"][arch]["copy_line"].update(weight_copy_factor=0),
              "weight_copy_factor must be at least 1"),

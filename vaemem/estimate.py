@@ -113,13 +113,14 @@ from collections.abc import Callable, Iterator
 # fp32 oneDNN lines of one sample are in the larger of the dry run with oneDNN's buffers and the largest live bytes
 # plus transient at a call (conv_call_peak_bytes), with no transient added: a reader of 11 would add the copy to
 # that (up to 2x); a file of 11 is one of 12 whose structures lack the live bytes (the transient is added).
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
 NO_AMX_SCHEMA = 11  # the first whose half-precision onednn lines are in the dry run of a CPU without AMX
 CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the call peak (conv_call_peak_bytes)
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -456,9 +457,16 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         _need(("small" in line) == (below > 0), f"{where}.small",
               f"present exactly where n_points_below_domain ({below}) is above 0", "present" if "small" in line
               else "absent")
-    for name in ("single_frame_factor", "single_frame_bytes", "floor_bytes", "weight_copy_factor"):
+    for name in ("single_frame_factor", "single_frame_bytes", "floor_bytes", "weight_copy_factor", "resident_factor",
+                 "resident_bytes", "single_frame_resident_bytes"):
         if name in line:
             _field(line, name, where, "num>=0")
+    branches = [n for n in ("resident_bytes", "single_frame_resident_bytes") if n in line]
+    _need(("resident_factor" in line) == bool(branches), f"{where}.resident_factor",
+          "present exactly where resident_bytes or single_frame_resident_bytes is",
+          "present" if "resident_factor" in line else "absent")
+    _need(not small or not branches, f"{where}.resident_factor", "absent (a branch of the domain's line)",
+          "present")
     _field(line, "n_points", where, "int>0")
     if small or branch:  # the pricing reads a copy branch on an own line's top level only
         _need("copy_line" not in line, f"{where}.copy_line", "absent (a copy branch is an own line's)", "present")
@@ -786,6 +794,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                       branch["weight_copy_factor"])
                 _need("copy_line" not in branch and "transient_seen_bytes" not in branch,
                       f"{w}.{name}.copy_line", "a line without copy_line or transient_seen_bytes", "one with them")
+            if "resident_factor" in line:  # from 13 an own line on oneDNN may carry its resident branch
+                _need(own and copies and (version >= RESIDENT_SCHEMA or layered), f"{w}.{name}.resident_factor",
+                      f"only on an own line on {', '.join(WEIGHT_COPY_BACKENDS)} (from schema {RESIDENT_SCHEMA})",
+                      "present")
             if "transient_seen_bytes" in line:  # from 7 a whole-demand own line says which transients it priced
                 # (read at any version: layered over an older file, it keeps it)
                 _need(own and line.get("weight_copy_factor", 0) >= 1, f"{w}.{name}.transient_seen_bytes",
@@ -2113,6 +2125,7 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
     if single_frame:
         v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
+    v = max(v, _resident_at(c, dry, single_frame))
     if v < c.get("floor_bytes", 0):  # a resident floor its smallest points measured, whatever their dry runs
         v = c["floor_bytes"]
     small = c.get("small")
@@ -2123,6 +2136,15 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
     return c, v
 
 
+def _resident_at(c: dict, dry: float, single_frame: bool) -> float:
+    """A line's resident branch at a dry-run peak ``dry``: ``resident_factor x dry`` plus the least bytes every
+    one of its points needed beyond its dry run (a one-frame clip's own where the line has them), 0 for a line or
+    regime without one (:func:`vaemem.fit.coefficients.resident_fields`)."""
+    extra = c.get("single_frame_resident_bytes" if single_frame and "single_frame_resident_bytes" in c
+                  else "resident_bytes")
+    return 0.0 if extra is None else c["resident_factor"] * dry + extra
+
+
 def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
     """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients)."""
     text = f"{line['dry_factor']:.3f} x dry-run peak {dry / MIB:.0f} MiB"
@@ -2131,7 +2153,16 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
     if single_frame and (line.get("single_frame_factor") or line.get("single_frame_bytes")):
         text += (f" + one-frame clip {line.get('single_frame_factor', 0.0):.3f} x dry-run peak + "
                  f"{line.get('single_frame_bytes', 0) / MIB:.0f} MiB")
-    return text + f" + {line['base_bytes'] / MIB:.0f} MiB"
+    text += f" + {line['base_bytes'] / MIB:.0f} MiB"
+    v = line["dry_factor"] * dry + line["per_sample_factor"] * dry1 + line["base_bytes"]
+    if single_frame:
+        v += line.get("single_frame_factor", 0.0) * dry + line.get("single_frame_bytes", 0)
+    resident = _resident_at(line, dry, single_frame)
+    if resident > v:
+        text = (f"{line['resident_factor']:.2f} x (dry-run peak {dry / MIB:.0f} MiB + "
+                f"{(resident - line['resident_factor'] * dry) / line['resident_factor'] / MIB:.0f} MiB, the least "
+                f"any of its points needed beyond its dry run), above {text}")
+    return text
 
 
 def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None = None,

@@ -202,7 +202,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         raise VaememError(f"exceptions name groups with no data: {', '.join(sorted(unknown))}")
     groups, unfitted, violations = [], [], []
     used: set[str] = set()  # the groups whose exception a line past the bound took
-    structures = derive_all(list(traces["entries"].values())) if traces else {}
+    structures = derive_all(list(traces["entries"].values()), traces.get("entries_sha256")) if traces else {}
     calibrations = calibrate(data, structures, margin)
     calibrated = set()  # groups priced by a calibration line: their pixel line would be dead data
     for cal in calibrations:
@@ -365,7 +365,7 @@ DOMAIN_MIN_FRAME_PIXELS = 128 * 96
 
 
 def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
-                     weight_copy: bool = False) -> dict[str, Any]:
+                     weight_copy: bool = False, resident: bool = False) -> dict[str, Any]:
     """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels[, weight
     copy bytes[, live tensors' dry run]]) rows (dry: the dry run the platform's lines are in, :func:`hidden_of`):
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
@@ -382,17 +382,19 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     its floor) is fitted to the rest, and the line carries ``weight_copy_factor``, 1 + margin, by which a price
     adds a request's transient. Why: on this CPU LTX-2's 432 MiB convolution sets a 452-460 MiB demand at clips of
     6-102 MiB dry runs, which a line over architectures whose largest convolutions are 15-216 MiB priced at
-    0.15-0.38x (campaign 15)."""
+    0.15-0.38x (campaign 15). ``resident`` (an architecture's own line on such a backend): the line also carries
+    :func:`resident_fields`."""
     below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
-    inside = [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
-    split = len({r[0] for r in inside}) >= 2 and len({r[0] for r in below}) >= 2
-    line = _envelope(inside if split else rows, margin, floor, weight_copy)
+    split = _domain(rows) is not rows
+    line = _envelope(_domain(rows), margin, floor, weight_copy)
     if split:
         line["domain_min_frame_pixels"] = DOMAIN_MIN_FRAME_PIXELS
         line["small"] = {**_envelope(below, margin, floor, weight_copy), "n_points": len(below),
                          "dry_bytes_max": int(max(r[0] for r in below))}
     if weight_copy:
         line["weight_copy_factor"] = round(1 + margin, 6)
+    if resident:
+        line.update(resident_fields(_domain(rows), margin, weight_copy))
     dry = [r[0] for r in rows]
     ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, live=_live(r))
               / r[2] for r in rows]
@@ -454,6 +456,44 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy
         if s < best_score - 1e-9:
             best, best_score = line, s
     return best
+
+
+def _domain(rows: list[tuple]) -> list[tuple]:
+    """The rows a line's main envelope is fitted on: those in the calibration domain where both sides of it hold two
+    dry-run peaks or more (below it the line of its own, ``small``), else every row (``rows`` itself)."""
+    below = {r[0] for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS}
+    inside = [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
+    return inside if len({r[0] for r in inside}) >= 2 and len(below) >= 2 else rows
+
+
+def resident_fields(rows: list[tuple], margin: float, weight_copy: bool = False) -> dict[str, Any]:
+    """The least bytes every one of an architecture's ``rows`` needed beyond its dry run (and, ``weight_copy``, its
+    transient), as a line's second branch ``resident_factor x dry + resident_bytes`` (the margin in both; bytes
+    rounded down: a bound the points showed), which :func:`vaemem.estimate.calibration_bytes` never prices below; a
+    one-frame clip of a video model by its own rows' (``single_frame_resident_bytes``, where the rows hold both
+    regimes: it runs other kernels). None for a regime where a row needed no more than its dry run (LTX-Video's bf16
+    encode needs 0.84x it at 33 frames of 768x512, where 1.05 x the dry run would over-reserve). Why: the process
+    holds bytes whatever the size (oneDNN's scratch and primitive cache, the allocator's arenas: 6-59 MiB with the
+    margin on this CPU's fp32 video lines), which a line whose points all lie far above a request folds into its
+    slope. LTX-2's fp32 decode needs 1.04x its dry run from 435 to 1148 MiB (17-44 MiB above it) and 63 MiB at
+    160x96 x 9 frames (46 MiB dry run, 17 above): held out there, the line over the rest, nearly through the origin,
+    reserved 0.80x; with the branch 1.03-1.05x. The branch has the dry run's own slope, so it never bends the fitted
+    line: an affine demand steeper than the dry run keeps its exact fit (a lower bound on the line's base would have
+    lowered its slope, under-reserving past the largest point). Only on oneDNN: on aten the demand above the dry run
+    grows with it (SD1.5 bf16: 27-49 MiB at dry runs of 6-14 MiB, 4.7-5.5x); and only in the calibration domain,
+    where a frame's kernels are those of the sizes apps run."""
+    def least(part: list[tuple]) -> float:
+        return min(r[2] - r[0] - (r[5] if weight_copy else 0.0) for r in part)
+
+    single = [r for r in rows if r[3]]
+    longer = [r for r in rows if not r[3]]
+    gaps = {"resident_bytes": least(longer or single)}
+    if single and longer:
+        gaps["single_frame_resident_bytes"] = least(single)
+    kept = {n: int(g * (1 + margin) // BASE_STEP * BASE_STEP) for n, g in gaps.items() if g > 0}
+    if "single_frame_resident_bytes" in gaps and "single_frame_resident_bytes" not in kept:
+        return {}  # a one-frame request would take the longer clips' branch
+    return {"resident_factor": round(1 + margin, 6), **kept} if kept else {}
 
 
 def _terms(rows: list[tuple]) -> tuple[bool, bool]:
@@ -551,10 +591,10 @@ def own_line(rows: list[tuple], margin: float, copies: bool) -> dict[str, Any]:
     beyond the largest its points held (``transient_seen_bytes``), so in sample both price as fitted. Where the
     points fall on both sides of their transients, the larger of the two (:func:`copy_branch_line`) where it
     reserves less at its worst point than either."""
-    plain = calibration_line(rows, margin, floor=True)
+    plain = calibration_line(rows, margin, floor=True, resident=copies)
     if not copies:
         return plain
-    net = calibration_line(rows, margin, floor=True, weight_copy=True)
+    net = calibration_line(rows, margin, floor=True, weight_copy=True, resident=True)
     # on a tie (points that all hold the same transient give both lines alike) the net one: held out, a size
     # whose transient differs from the others' is priced by it (LTX-2's encode: 1.21x at most, against 10.05x by
     # the whole-demand line at its one point that copies nothing; Mochi's encode: 1.02x against 0.41x at its
@@ -589,8 +629,10 @@ def copy_branch_line(rows: list[tuple], margin: float) -> dict[str, Any] | None:
     stats = ("n_points", "n_points_below_domain", "worst_ratio", "median_ratio")
     live = calibration_line(live_rows, margin, floor=True)
     copy = calibration_line(copy_rows, margin, floor=True, weight_copy=True)
+    # the resident branch is the whole line's, of every row's whole demand: a branch's own would hold for its rows
     line = {**{n: v for n, v in live.items() if n not in stats}, "weight_copy_factor": 0.0,
-            "copy_line": {n: v for n, v in copy.items() if n not in stats[2:]}}
+            "copy_line": {n: v for n, v in copy.items() if n not in stats[2:]},
+            **resident_fields(_domain(rows), margin)}
     ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5], live=_live(r)) / r[2] for r in rows]
     if min(ratios) < 1:
         return None
