@@ -992,7 +992,7 @@ def test_the_reason_says_when_the_resident_branch_prices():
     below 1.05 x (dry run + the 7 MiB every point held beyond it), which prices it and is said."""
     kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux", frames=9)
     e = est.explain("wan22", "encode", 512, 512, **kw)
-    assert e.source == "measured" and "the least any of its points needed beyond its dry run), above" in e.reason
+    assert e.source == "measured" and "the least any of its points needed beyond its dry run, with the margin), above" in e.reason
     (cal,) = [c for c in est.load()["calibrations"]
               if c["calibration"] == "conv3d/onednn-amx/glibc-fixed/bf16/linux/encode/untiled"]
     line = cal["architectures"]["wan22"]

@@ -31,7 +31,8 @@ ROOT = Path(__file__).parent.parent
 @pytest.fixture(scope="module")
 def committed_structures():
     """The structures ``vaemem fit`` derives from the committed dry-run cache."""
-    return derive_all(list(tc.read_cache(ROOT / "fits" / "traces.json")["entries"].values()))
+    doc = tc.read_cache(ROOT / "fits" / "traces.json")
+    return derive_all(list(doc["entries"].values()), doc["entries_sha256"])  # as a fit in this process derives them
 
 
 @pytest.mark.parametrize("name,op,dtype,w,h,frames,batch,tile", [
@@ -1020,7 +1021,9 @@ def test_the_copy_branch_is_read_where_it_may_be_and_says_when_it_prices():
                 copy_line=own["copy_line"]), r"copy_line.copy_line must be absent"),
             (lambda d: d["calibrations"][i]["architectures"][arch]["copy_line"].update(
                 small={**own["copy_line"], "copy_line": own["copy_line"]}, n_points_below_domain=1,
-                domain_min_frame_pixels=12288), r"small.copy_line must be absent")):
+                domain_min_frame_pixels=12288), r"small.copy_line must be absent"),
+            (lambda d: d["calibrations"][i]["architectures"][arch]["copy_line"].update(
+                resident_factor=3.0, resident_bytes=0), r"copy_line.resident_factor must be absent")):
         bad = json.loads(PACKAGED.read_text())
         change(bad)
         with pytest.raises(ValueError, match=message):
@@ -1108,3 +1111,20 @@ def test_the_structure_solver_is_exact_and_machine_independent():
         ours = np.linalg.norm(np.array(rows) @ _solve(rows, y) - y)
         best = np.linalg.norm(np.array(rows) @ np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] - y)
         assert ours <= best * (1 + 1e-6) + 1e-6
+
+
+def test_the_structures_of_one_cache_are_derived_once_per_process_and_each_call_gets_its_own():
+    """``derive_all`` with the entries' digest: a second call returns what the first derived, as a copy of its own
+    (a caller that changes it changes no later call's), and a call without a digest derives afresh."""
+    from vaemem.tracing import structure as st
+
+    doc = tc.read_cache(ROOT / "fits" / "traces.json")
+    entries = [e for k, e in doc["entries"].items() if k.startswith("sana-dc-ae/")]
+    digest = "test-" + tc._entries_digest({str(i): e for i, e in enumerate(entries)})
+    first = st.derive_all(entries, digest)
+    assert first and digest in st._DERIVED
+    key = sorted(first)[0]
+    first[key]["kind"] = "changed by a caller"
+    again = st.derive_all(entries, digest)
+    assert again == st.derive_all(entries) and again[key]["kind"] != "changed by a caller"
+    st._DERIVED.pop(digest)

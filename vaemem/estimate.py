@@ -792,6 +792,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 _need(_field(branch, "weight_copy_factor", f"{w}.{name}.copy_line", "num>=0") >= 1,
                       f"{w}.{name}.copy_line.weight_copy_factor", "at least 1 (it adds the transient)",
                       branch["weight_copy_factor"])
+                _need("resident_factor" not in branch, f"{w}.{name}.copy_line.resident_factor",
+                      "absent (the resident branch is the whole own line's)", "present")
                 _need("copy_line" not in branch and "transient_seen_bytes" not in branch,
                       f"{w}.{name}.copy_line", "a line without copy_line or transient_seen_bytes", "one with them")
             if "resident_factor" in line:  # from 13 an own line on oneDNN may carry its resident branch
@@ -2159,9 +2161,9 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
         v += line.get("single_frame_factor", 0.0) * dry + line.get("single_frame_bytes", 0)
     resident = _resident_at(line, dry, single_frame)
     if resident > v:
-        text = (f"{line['resident_factor']:.2f} x (dry-run peak {dry / MIB:.0f} MiB + "
-                f"{(resident - line['resident_factor'] * dry) / line['resident_factor'] / MIB:.0f} MiB, the least "
-                f"any of its points needed beyond its dry run), above {text}")
+        text = (f"{line['resident_factor']:.2f} x dry-run peak {dry / MIB:.0f} MiB + "
+                f"{(resident - line['resident_factor'] * dry) / MIB:.0f} MiB (the least any of its points needed "
+                f"beyond its dry run, with the margin), above {text}")
     return text
 
 

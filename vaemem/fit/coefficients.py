@@ -469,19 +469,21 @@ def _domain(rows: list[tuple]) -> list[tuple]:
 def resident_fields(rows: list[tuple], margin: float, weight_copy: bool = False) -> dict[str, Any]:
     """The least bytes every one of an architecture's ``rows`` needed beyond its dry run (and, ``weight_copy``, its
     transient), as a line's second branch ``resident_factor x dry + resident_bytes`` (the margin in both; bytes
-    rounded down: a bound the points showed), which :func:`vaemem.estimate.calibration_bytes` never prices below; a
-    one-frame clip of a video model by its own rows' (``single_frame_resident_bytes``, where the rows hold both
-    regimes: it runs other kernels). None for a regime where a row needed no more than its dry run (LTX-Video's bf16
-    encode needs 0.84x it at 33 frames of 768x512, where 1.05 x the dry run would over-reserve). Why: the process
-    holds bytes whatever the size (oneDNN's scratch and primitive cache, the allocator's arenas: 6-59 MiB with the
-    margin on this CPU's fp32 video lines), which a line whose points all lie far above a request folds into its
-    slope. LTX-2's fp32 decode needs 1.04x its dry run from 435 to 1148 MiB (17-44 MiB above it) and 63 MiB at
-    160x96 x 9 frames (46 MiB dry run, 17 above): held out there, the line over the rest, nearly through the origin,
-    reserved 0.80x; with the branch 1.03-1.05x. The branch has the dry run's own slope, so it never bends the fitted
-    line: an affine demand steeper than the dry run keeps its exact fit (a lower bound on the line's base would have
-    lowered its slope, under-reserving past the largest point). Only on oneDNN: on aten the demand above the dry run
-    grows with it (SD1.5 bf16: 27-49 MiB at dry runs of 6-14 MiB, 4.7-5.5x); and only in the calibration domain,
-    where a frame's kernels are those of the sizes apps run."""
+    rounded down to the MiB: a bound the points showed), which :func:`vaemem.estimate.calibration_bytes` never
+    prices below; a one-frame clip of a video model by its own rows' (``single_frame_resident_bytes``, where the
+    rows hold both regimes: it runs other kernels). None for a regime where a row needed no more than its dry run
+    (LTX-Video's bf16 encode needs 0.84x it at 33 frames of 768x512, where 1.05 x the dry run would over-reserve).
+    Why: the process holds bytes whatever the size (oneDNN's scratch and primitive cache, the allocator's arenas:
+    6-59 MiB with the margin on this CPU's untiled fp32 video lines), which a line whose points all lie far above a
+    request folds into its slope. LTX-2's fp32 decode needs 1.04x its dry run from 435 to 1148 MiB (17-44 MiB above
+    it) and 63 MiB at 160x96 x 9 frames (46 MiB dry run, 17 above): held out there, the line over the rest, nearly
+    through the origin, reserved 0.80x; with the branch 1.03-1.05x. The branch has the dry run's own slope, so it
+    never bends the fitted line: an affine demand steeper than the dry run keeps its exact fit (a lower bound on the
+    line's base would have lowered its slope, under-reserving past the largest point). Only on oneDNN: on aten the
+    demand above the dry run grows with it (SD1.5 bf16: 27-49 MiB at dry runs of 6-14 MiB, 4.7-5.5x); and over the
+    rows the line's main envelope is fitted on (those in the calibration domain where the line has one of its own
+    below it, ``small``), where a frame's kernels are those of the sizes apps run. Where the rows hold one regime,
+    its bytes serve both, as the line's terms do."""
     def least(part: list[tuple]) -> float:
         return min(r[2] - r[0] - (r[5] if weight_copy else 0.0) for r in part)
 
@@ -629,10 +631,12 @@ def copy_branch_line(rows: list[tuple], margin: float) -> dict[str, Any] | None:
     stats = ("n_points", "n_points_below_domain", "worst_ratio", "median_ratio")
     live = calibration_line(live_rows, margin, floor=True)
     copy = calibration_line(copy_rows, margin, floor=True, weight_copy=True)
-    # the resident branch is the whole line's, of every row's whole demand: a branch's own would hold for its rows
+    # the resident branch is the whole line's, of every row's whole demand (those its live line prices, not its
+    # small line's): a branch's own would hold for its rows only
     line = {**{n: v for n, v in live.items() if n not in stats}, "weight_copy_factor": 0.0,
             "copy_line": {n: v for n, v in copy.items() if n not in stats[2:]},
-            **resident_fields(_domain(rows), margin)}
+            **resident_fields([r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS] if "small" in live else rows,
+                              margin)}
     ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5], live=_live(r)) / r[2] for r in rows]
     if min(ratios) < 1:
         return None

@@ -192,6 +192,7 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["onednn_peak_bytes"] = r.onednn_peak_bytes
         if keeps_no_amx_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes_no_amx"] = r.onednn_peak_bytes_no_amx
+    doc["entries_sha256"] = _entries_digest(doc["entries"])  # the doc returned is read_cache's, digest current
     write_atomic(path, dumps(doc))
     return doc
 
