@@ -2124,10 +2124,7 @@ def conv_transient_bytes(m: dict, s: dict | None, op: str, dtype: str, backend: 
 
 def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> tuple[dict, float]:
     """(the line that prices, its bytes): :func:`calibration_bytes`, saying which line it took."""
-    v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
-    if single_frame:
-        v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
-    v = max(v, _resident_at(c, dry, single_frame))
+    v = max(_affine_at(c, dry, dry1, single_frame), _resident_at(c, dry, single_frame))
     if v < c.get("floor_bytes", 0):  # a resident floor its smallest points measured, whatever their dry runs
         v = c["floor_bytes"]
     small = c.get("small")
@@ -2136,6 +2133,14 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
         if dry <= small["dry_bytes_max"] or u > v:  # past the small points' dry-run peaks, never below the line
             return small, u
     return c, v
+
+
+def _affine_at(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
+    """A line's fitted terms at a request, before its resident branch, floor and small line."""
+    v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
+    if single_frame:
+        v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
+    return v
 
 
 def _resident_at(c: dict, dry: float, single_frame: bool) -> float:
@@ -2156,11 +2161,8 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
         text += (f" + one-frame clip {line.get('single_frame_factor', 0.0):.3f} x dry-run peak + "
                  f"{line.get('single_frame_bytes', 0) / MIB:.0f} MiB")
     text += f" + {line['base_bytes'] / MIB:.0f} MiB"
-    v = line["dry_factor"] * dry + line["per_sample_factor"] * dry1 + line["base_bytes"]
-    if single_frame:
-        v += line.get("single_frame_factor", 0.0) * dry + line.get("single_frame_bytes", 0)
     resident = _resident_at(line, dry, single_frame)
-    if resident > v:
+    if resident > _affine_at(line, dry, dry1, single_frame):
         text = (f"{line['resident_factor']:.2f} x dry-run peak {dry / MIB:.0f} MiB + "
                 f"{(resident - line['resident_factor'] * dry) / MIB:.0f} MiB (the least any of its points needed "
                 f"beyond its dry run, with the margin), above {text}")

@@ -385,8 +385,9 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     0.15-0.38x (campaign 15). ``resident`` (an architecture's own line on such a backend): the line also carries
     :func:`resident_fields`."""
     below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
-    split = _domain(rows) is not rows
-    line = _envelope(_domain(rows), margin, floor, weight_copy)
+    domain = _domain(rows)
+    split = domain is not rows
+    line = _envelope(domain, margin, floor, weight_copy)
     if split:
         line["domain_min_frame_pixels"] = DOMAIN_MIN_FRAME_PIXELS
         line["small"] = {**_envelope(below, margin, floor, weight_copy), "n_points": len(below),
@@ -394,7 +395,7 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     if weight_copy:
         line["weight_copy_factor"] = round(1 + margin, 6)
     if resident:
-        line.update(resident_fields(_domain(rows), margin, weight_copy))
+        line.update(resident_fields(domain, margin, weight_copy))
     dry = [r[0] for r in rows]
     ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, live=_live(r))
               / r[2] for r in rows]
