@@ -106,7 +106,7 @@ for _, _, r in iter_records([sys.argv[1]]):
 if os.path.exists(sys.argv[2]):
     for c in json.load(open(sys.argv[2])).get("calibrations", []):
         lines = ", ".join(f"{a}: {v['dry_factor']:.3f} x dry + {v['base_bytes'] / 2**20:.0f} MiB"
-                          for a, v in c["architectures"].items())
+                          for a, v in {**c["architectures"], **c.get("variants", {})}.items())
         print(f"calibration {c['calibration']}: {lines} (spread {c['spread']:.2f})")
 PY
 

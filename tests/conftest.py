@@ -67,7 +67,7 @@ def as_schema(doc: dict, version: int) -> dict:
     """``doc`` (a coefficient document) relabelled as a file of an older schema ``version``, in place: before
     schema 8 no file held the onednn-amx key, so its groups and calibrations go; before 11 no structure held the
     factor of a CPU without AMX, and no own line a copy branch; before 12 no structure the live bytes at its
-    convolutions' calls; before 13 no own line a resident branch."""
+    convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
@@ -88,4 +88,8 @@ def as_schema(doc: dict, version: int) -> dict:
                 for branch in (line, line.get("copy_line", {})):
                     for name in ("resident_factor", "resident_bytes", "single_frame_resident_bytes"):
                         branch.pop(name, None)
+    if version < 14:
+        for c in doc.get("calibrations", []):
+            c.pop("variants", None)
+            c.pop("variant_transfer_lines", None)
     return doc

@@ -419,7 +419,8 @@ def test_layering_keeps_the_shipped_lines_of_architectures_the_rig_did_not_measu
     cid = "conv2d/onednn/glibc-fixed/fp32/linux/decode/untiled"
     mine = {**shipped, "calibrations": [{**c, "architectures": {"flux1": {**c["architectures"]["flux1"],
                                                                           "dry_factor": 2.0}},
-                                         "transfer_lines": {"flux1": c["transfer_lines"]["flux1"]}}
+                                         "transfer_lines": {"flux1": c["transfer_lines"]["flux1"]},
+                                         "variants": {}, "variant_transfer_lines": {}}
                                         for c in shipped["calibrations"] if c["calibration"] == cid]}
     (tmp_path / "mine.json").write_text(json.dumps(mine))
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
@@ -428,6 +429,28 @@ def test_layering_keeps_the_shipped_lines_of_architectures_the_rig_did_not_measu
     assert cog[0].source == cog[1].source == "measured" and cog[0].bytes == cog[1].bytes
     flux = est.explain("flux1", "decode", 1024, 1024, coefficients=layered, **kw)
     assert flux.source == "measured" and "2.000 x dry-run peak" in flux.reason
+
+
+def test_layering_keeps_every_layers_variant_lines_and_a_schema_13_layer_layers(tmp_path):
+    """A rig's refit of the six fp32 image encoders with no math-path points, layered over the packaged file: its
+    pool is as wide as the packaged one's and wins the class and transfer lines, yet FLUX.1 on the math path is still
+    priced by SD1.5's packaged math-path line (a variant's lines are one architecture's measurement, kept from
+    every layer); a rig's file of schema 13 (its lines pool the variants) layers over the packaged schema 14, whose
+    oneDNN lines are priced alike."""
+    shipped = json.loads(PACKAGED.read_text())
+    cid = "conv2d/onednn/glibc-fixed/fp32/linux/encode/untiled"
+    mine = {**shipped, "calibrations": [{**c, "variants": {}, "variant_transfer_lines": {}}
+                                        for c in shipped["calibrations"] if c["calibration"] == cid]}
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", attention="math")
+    packaged = est.working_memory_bytes("flux1", "encode", 1280, 1280, **kw)
+    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "mine.json", None],
+                                    **kw) == packaged
+    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=tmp_path / "mine.json", **kw) \
+        < packaged
+    (tmp_path / "old.json").write_text(json.dumps(as_schema(json.loads(PACKAGED.read_text()), 13)))
+    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "old.json", None],
+                                    **kw) == packaged
 
 
 def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(tmp_path):

@@ -438,6 +438,12 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("calibrations", 0, "class", "dry_factor"), float("nan"), "calibrations[0].class.dry_factor"),
     (("calibrations", 0, "kernel"), "conv4d", "calibrations[0].kernel must be conv2d or conv3d"),
     (("calibrations", 0, "architectures"), [], "calibrations[0].architectures must be a JSON object"),
+    # schema 14: a variant's lines (calibrations[13]: SD1.5's fp32 encode on oneDNN, with its math-path points)
+    (("calibrations", 13, "variants", "nosuch/math"), {}, "variants.nosuch/math must be a key of architectures"),
+    (("calibrations", 13, "variants", "sd15/tiled"), {}, "and one of /sliced, /math, /sliced/math"),
+    (("calibrations", 13, "variant_transfer_lines", "sd15/math"), "DELETE", "one line per entry of variants"),
+    (("calibrations", 13, "variants"), [], "calibrations[13].variants must be a JSON object"),
+    (("calibrations", 13, "variant_transfer_lines", "sd15/math", "floor_bytes"), 1, "floor_bytes must be absent"),
     (("models", "sd15", "spatial_factor"), 0, "models.sd15.spatial_factor must be a positive integer"),
     (("models", "sd15", "parameters"), "DELETE", "models.sd15.parameters is missing"),
     (("structures", "sd15/decode/fp32/untiled", "knots"), [5, 1], "knots must be increasing positive integers"),
@@ -985,6 +991,37 @@ def test_a_duplicated_calibration_or_group_is_refused(tmp_path, field, message):
     est.clear_cache()
     with pytest.raises(ValueError, match=re.escape(message)):
         est.load(bad)
+
+
+def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it():
+    """SD1.5's fp32 encode at 1280 px on the math attention path needed 6014 MiB (1.12x its dry run; its fused
+    points 1.01-1.08x): its math-path line covers it, where its plain line alone (a reader of schema 13's view of
+    the file) reserves less; FLUX.1, measured fused only, is priced on that path by the highest of its own plain line
+    and SD1.5's math-path line at the same dry run; CogView4's encoder holds no attention module, so its math path is
+    its fused one; a plain request is priced as its plain points' line, whatever the variants."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    coef = json.loads(COMMITTED.read_text())
+    cid = "conv2d/onednn/glibc-fixed/fp32/linux/encode/untiled"
+    calib = next(c for c in coef["calibrations"] if c["calibration"] == cid)
+    assert calib == coef["calibrations"][13] and set(calib["variants"]) == {"sd15/math", "sd15/sliced"}
+    sd = est.explain("sd15", "encode", 1280, 1280, attention="math", **kw)
+    assert sd.bytes >= 6014 * MIB and "its own line of its math-attention points" in sd.reason
+    plain = as_schema(json.loads(COMMITTED.read_text()), 13)
+    assert est.working_memory_bytes("sd15", "encode", 1280, 1280, attention="math", coefficients=plain, **kw) \
+        < 6014 * MIB
+    flux = est.explain("flux1", "encode", 1280, 1280, attention="math", **kw)
+    assert flux.bytes == sd.bytes and "it has no math-attention points: the line of sd15's" in flux.reason
+    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, **kw) < flux.bytes
+    assert est.working_memory_bytes("cogview4", "encode", 768, 768, attention="math", **kw) == \
+        est.working_memory_bytes("cogview4", "encode", 768, 768, **kw)
+    # a sliced math request holds the math path's score matrices: its math lines price it (and its sliced ones)
+    for model in ("sd15", "flux1"):
+        assert est.working_memory_bytes(model, "encode", 1280, 1280, attention="math", slicing=True, **kw) == sd.bytes
+    both = est.explain("flux1", "encode", 1024, 1024, attention="math", slicing=True, batch=2, **kw)
+    assert both.bytes >= est.working_memory_bytes("flux1", "encode", 1024, 1024, attention="math", **kw)
+    for model in ("sd15", "flux1"):  # the variants change no plain request's price
+        assert est.working_memory_bytes(model, "encode", 768, 768, **kw) == est.working_memory_bytes(
+            model, "encode", 768, 768, coefficients=plain, **kw)
 
 
 def test_the_reason_says_when_the_resident_branch_prices():

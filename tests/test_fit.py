@@ -274,6 +274,29 @@ def test_the_committed_coefficient_file_is_reproducible():
     assert co.check(ROOT / "vaemem" / "coefficients.json", co.dumps(result.document)) == []
 
 
+def test_a_variant_measured_at_two_sizes_gets_lines_of_its_own_named_as_its_group(tmp_path):
+    """SD1.5's fp32 encode measured plain at three sizes and on the math attention path at two: the calibration keeps
+    the math points apart (``variants["sd15/math"]``, its transfer line beside it), the plain line is of the plain
+    points alone, and the math line is named as the math group ``load_dataset`` makes (so a line past the quality
+    bound finds its exception and the group leaves ``unfitted``). Measured at one size, the variant joins the plain
+    points."""
+    structures = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())["structures"]
+
+    def rec(w, demand, math=False):
+        r = _record("sd15", "encode", w=w, h=w, demand=demand * MIB)
+        return {**r, "attention": "math", "point_key": r["point_key"] + "/math"} if math else r
+    plain = [rec(256, 180), rec(384, 260), rec(512, 660)]
+    for math, want in (([rec(768, 1460, True), rec(1024, 2580, True)], {"sd15/math"}), ([rec(768, 1460, True)], set())):
+        data = co.load_dataset([_write(tmp_path / "m.jsonl", plain + math)])
+        (cal,) = co.calibrate(data, structures, 0.05)
+        assert set(cal["variants"]) == set(cal["variant_transfer_lines"]) == want
+        assert cal["architectures"]["sd15"]["n_points"] == (3 if want else 4)
+        gids = co.line_groups(cal)
+        assert set(gids) == {gid for gid in data.groups if not want or gid.endswith(("/untiled", "/math"))} - \
+            ({"sd15/encode/onednn/glibc-fixed/fp32/linux/untiled/math"} if not want else set())
+        assert all(gid in data.groups for gid in gids)
+
+
 def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"schema_version": est.SCHEMA_VERSION + 1}))
     with pytest.raises(VaememError, match="newer than"):

@@ -943,6 +943,33 @@ def test_a_transfer_takes_the_highest_of_the_class_line_and_each_architectures_l
         (est.calibration_bytes(pooled, 400 * MIB, 400 * MIB, False, 256 * 256), "class")  # a file of schema 6
 
 
+def test_a_variants_points_get_lines_of_their_own_and_price_only_requests_of_that_variant():
+    """``a`` needs 1.0 x dry + 20 MiB on the plain path and 1.3 x dry on the math path (its score matrices' excess),
+    ``b`` and ``c`` 1.0 x dry + 20 MiB, plain only. Kept apart (schema 14), ``b`` left out is priced 1.05x at most
+    (the margin), where pooled into ``a``'s line its plain points were priced up to 1.3 x 1.05; a math request is
+    priced by the highest of the plain lines and ``a``'s math line (1.3 x 1.05 x dry). A variant measured at one
+    dry-run peak joins its architecture's plain rows (one line covers it)."""
+    def rows(f, b, dry):
+        return [(d * MIB, d * MIB, (f * d + b) * MIB, False, 256 * 256, 0) for d in dry]
+    plain = rows(1.0, 20, (100, 200, 400, 800))
+    per_key = {"a": plain, "a/math": rows(1.3, 0, (300, 600, 900)), "b": plain, "c": plain}
+    per_arch, variants = co.split_variants(per_key)
+    assert set(per_arch) == {"a", "b", "c"} and set(variants) == {"a/math"} and len(per_arch["a"]) == 4
+    apart = co.held_out_ratios(per_key, 0.05)
+    pooled = co.held_out_ratios({"a": per_key["a"] + per_key["a/math"], "b": plain, "c": plain}, 0.05)
+    assert max(apart["b"]) == pytest.approx(1.05, abs=0.01) and max(pooled["b"]) > 1.2
+    # left out, a's math points are priced by the others' plain lines: under (the path's excess is a's alone)
+    assert min(apart["a"]) < 1
+    moved = co.transfer_lines(variants, 0.05, False)
+    calib = {"class": co.calibration_line(plain * 2, 0.05), "transfer_lines": co.transfer_lines(per_arch, 0.05, False),
+             "variant_transfer_lines": moved}
+    for variant, want in (("", 1.05 * 500 + 21), ("/math", 1.3 * 1.05 * 500), ("/sliced", 1.05 * 500 + 21)):
+        price, which = est.transfer_bytes(calib, 500 * MIB, 500 * MIB, False, 256 * 256, variant=variant)
+        assert price / MIB == pytest.approx(want, rel=0.01) and (which == "a/math") == (variant == "/math")
+    thin = co.split_variants({"a": plain, "a/sliced": rows(1.1, 0, (300, 300))})
+    assert thin[1] == {} and len(thin[0]["a"]) == 6
+
+
 def test_a_whole_demand_own_line_adds_only_a_transient_beyond_the_largest_its_points_held():
     """An architecture whose demand is 1.2 x dry + 30 MiB wherever its transients (10-40 MiB, im2col buffers) fall
     among fewer live tensors than the peak: the line on the whole demand covers it tightly, the line less the

@@ -619,8 +619,9 @@ def diff(
     tile: int = typer.Option(256, help="tile side in px used to price tiled groups"),
     frames: int = typer.Option(1, help="frames of a video architecture's clip (1 + its step x k)"),
 ) -> None:
-    """Reservations before and after, in MiB, at chosen resolutions (batch 1; tiled groups at --tile): every
-    measured group, every architecture a calibration holds and every one it prices by transfer, in either file,
+    """Reservations before and after, in MiB, at chosen resolutions (batch 1, a sliced variant 2; tiled groups at
+    --tile): every measured group, every architecture a calibration holds and every one it prices by transfer, each
+    on every variant a calibration measured (slicing, the math attention path), in either file,
     each priced by both files exactly as an app would be. A cell the estimator refuses is n/a, and its reason is
     listed under the table."""
     from rich.table import Column, Table
@@ -641,9 +642,11 @@ def diff(
             model = key["architecture"]
             video = doc["models"].get(model, {}).get("temporal_factor") is not None
             try:
+                sliced = key.get("slicing", False)  # a sliced batch of 2: one of 1 is the plain request
                 e = est.explain(model, key["op"], w, h, dtype=key["dtype"], backend=key["conv_backend"],
                                 allocator=key["allocator"], os=key["os"], tile=tile if key["tiled"] else None,
-                                frames=frames if video else 1, coefficients=doc)
+                                frames=frames if video else 1, batch=2 if sliced else 1, slicing=sliced,
+                                attention=key.get("attention", "fused"), coefficients=doc)
             except ValueError as err:
                 refused.setdefault(str(err), f"{est.group_id(key)} at {w}x{h}")
                 return "n/a"
@@ -678,6 +681,13 @@ def _priced_keys(doc: dict) -> dict[str, dict]:
         for arch in sorted(set(c["architectures"]) | moved):
             key = {"architecture": arch, **{k: c[k] for k in est.PLATFORM_KEYS}}
             keys.setdefault(est.group_id(key), key)
+            # each variant measured here (schema 14): its lines price it, for every architecture on that path
+            for v in sorted({k[k.index("/"):] for k in c.get("variants", {})}):
+                if "/math" in v and est.structure_key(arch, c["op"], c["dtype"], False, "math") not in \
+                        doc.get("structures", {}):
+                    continue  # no attention module, or no math-path structure: the plain request prices it
+                keys.setdefault(est.group_id(key) + v, {**key, "attention": "math" if "/math" in v else "fused",
+                                                         "slicing": "/sliced" in v})
     return keys
 
 

@@ -113,14 +113,21 @@ from collections.abc import Callable, Iterator
 # fp32 oneDNN lines of one sample are in the larger of the dry run with oneDNN's buffers and the largest live bytes
 # plus transient at a call (conv_call_peak_bytes), with no transient added: a reader of 11 would add the copy to
 # that (up to 2x); a file of 11 is one of 12 whose structures lack the live bytes (the transient is added).
-SCHEMA_VERSION = 13
+# 14: a calibration's own and transfer lines of an architecture are fitted on its plain points (the fused attention
+# path, unsliced), and a variant a request names (slicing, the math attention path) measured at two dry-run peaks or
+# more has lines of its own (``variants``, ``variant_transfer_lines``), which a reader of 13 would ignore, pricing
+# the variant by the plain line alone (SD1.5's fp32 math-path encode at 1280 px: 0.93x).
+SCHEMA_VERSION = 14
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
 NO_AMX_SCHEMA = 11  # the first whose half-precision onednn lines are in the dry run of a CPU without AMX
 CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the call peak (conv_call_peak_bytes)
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+# the variants a request names, as variant_key spells them, in the words an estimate's reason uses
+VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
@@ -314,10 +321,11 @@ def _layer(docs: list) -> dict:
     # schema's contract: the layers holding them must share it (only those lines read the schema). The first layer's
     # structure of a key serves every layer's lines: one without onednn_hidden_factor would price another layer's
     # oneDNN lines, fitted with it, at 1 (under); one without onednn_hidden_factor_no_amx by the AMX rule.
+    # (14 kept a variant's points apart and priced the lines as 13 did: those two layer)
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     for i in onednn[1:]:
         first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
-        if this != first:
+        if min(this, RESIDENT_SCHEMA) != min(first, RESIDENT_SCHEMA):
             raise ValueError(f"coefficients layers {onednn[0] + 1} and {i + 1} hold oneDNN lines of schemas {first} "
                              f"and {this}, which are priced differently and cannot be layered; refit layer "
                              f"{onednn[0] + 1 if first < this else i + 1} with `vaemem fit`")
@@ -375,6 +383,10 @@ def _layer(docs: list) -> dict:
             old = calibrations.get(cid)
             merged = dict(c if old is None or len(c["architectures"]) >= len(old["architectures"]) else old)
             merged["architectures"] = {**(old["architectures"] if old else {}), **c["architectures"]}
+            if "variants" in c or (old and "variants" in old):  # from 14, kept beside their architectures' lines
+                # each one architecture's measurement, not a compromise of the pool: every layer's, the first winning
+                for f in ("variants", "variant_transfer_lines"):
+                    merged[f] = {**(old or {}).get(f, {}), **c.get(f, {})}
             calibrations[cid] = merged
     out.update(models=models, structures=structures, groups=list(groups.values()),
                calibrations=list(calibrations.values()))
@@ -769,9 +781,27 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
+        if version >= VARIANT_SCHEMA or c.get("variants"):  # from 14: a variant's own and transfer lines
+            _need(version >= VARIANT_SCHEMA or layered, f"{w}.variants", f"absent (from schema {VARIANT_SCHEMA})",
+                  "present")
+            variants = _field(c, "variants", w, "dict")
+            for name, line in sorted(variants.items()):
+                arch, _, rest = name.partition("/")
+                _need(arch in c["architectures"] and "/" + rest in VARIANT_WORDS, f"{w}.variants.{name}",
+                      f"a key of architectures and one of {', '.join(VARIANT_WORDS)} (sd15/math)", name)
+                _check_line(line, f"{w}.variants.{name}", strict=True)
+                lines[f"variants.{name}"] = line
+            moved = _field(c, "variant_transfer_lines", w, "dict")
+            _need(set(moved) <= set(variants) if layered else set(moved) == set(variants),
+                  f"{w}.variant_transfer_lines", "one line per entry of variants", sorted(moved))
+            for name, line in sorted(moved.items()):
+                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True)
+                _need("floor_bytes" not in line, f"{w}.variant_transfer_lines.{name}.floor_bytes", "absent (a "
+                      "transfer takes no architecture's resident floor)", line.get("floor_bytes"))
+                lines[f"variant_transfer_lines.{name}"] = line
         copies = c["conv_backend"] in WEIGHT_COPY_BACKENDS
         for name, line in lines.items():  # each line's transient: one pass, the rule by the line's role
-            own = name.startswith("architectures.")
+            own = name.startswith(("architectures.", "variants."))
             if "weight_copy_factor" in line:
                 _need(copies, f"{w}.{name}.weight_copy_factor", f"absent off {', '.join(WEIGHT_COPY_BACKENDS)}",
                       line["weight_copy_factor"])
@@ -848,6 +878,20 @@ def platform_id(key: dict) -> str:
 
 def calibration_id(key: dict, kernel: str) -> str:
     return f"{kernel}/{platform_id(key)}"
+
+
+def variant_key(attention: str, slicing: bool) -> str:
+    """The suffix a request's variant adds to its architecture in a calibration's ``variants`` (and to its group's
+    id): ``/sliced``, ``/math``, ``/sliced/math``, or "" for the plain request (the fused path, unsliced)."""
+    return ("/sliced" if slicing else "") + ("/math" if attention == "math" else "")
+
+
+def variant_applies(key: str, variant: str) -> bool:
+    """Whether a calibration's variant line ``key`` (``sd15/math``) prices a request of ``variant``
+    (:func:`variant_key`): each of its parts is one the request names (``/math`` prices a sliced math request
+    too, whose work holds the math path's score matrices; nothing prices a plain request)."""
+    parts = key[key.index("/") + 1:].split("/")
+    return bool(variant) and set(parts) <= set(variant[1:].split("/"))
 
 
 def structure_key(architecture: str, op: str, dtype: str, tiled: bool, attention: str = "fused") -> str:
@@ -1508,7 +1552,8 @@ class _Plan:
     the sizes."""
 
     __slots__ = ("kind", "model", "m", "factor", "step", "image", "cast_bytes", "cast_params", "cs", "line", "own",
-                 "calib", "group", "cref", "arch_video", "legacy", "pixel_line", "clip_bytes", "terms", "ref_terms",
+                 "variant_own", "variant", "calib", "group", "cref", "arch_video", "legacy", "pixel_line",
+                 "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
                  "amx_bound", "hidden", "calls", "backend")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
@@ -1596,6 +1641,11 @@ class _Plan:
             key["conv_backend"], structures.get(structure_key(arch, op, dtype, False)), a,
             no_amx=coef["schema_version"] >= NO_AMX_SCHEMA)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
+        # the lines of the request's variant beside its own plain line: its own (``sd15/math``), else the other
+        # architectures' measured in it; None where it names none or none was measured
+        self.variant_own: dict | None = None
+        # an op with no attention module runs the math path as the fused one: its plain lines price it
+        self.variant = variant_key("math" if a is not None else "fused", slicing)
         self.arch_video = False
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
         # weight_copy_factor, the fallback adds it with the margin
@@ -1607,8 +1657,21 @@ class _Plan:
         if s is not None and self.calib is not None:
             self.kind = "calib"
             self.own = self.calib["architectures"].get(arch)
+            if self.own is not None and self.variant:
+                # its own points of the variant; else the others' (the variant's excess over its dry run is the
+                # path's: SD1.5's fp32 encode on the math path needs 1.12x its dry run at 1280 px, where the
+                # plain line of FLUX.1, measured fused only, would price 1.05x)
+                # per part of the variant measured here (a sliced math request: /math, /sliced, /sliced/math)
+                own = {k: ln for k, ln in sorted(self.calib.get("variants", {}).items())
+                       if k.split("/")[0] == arch and variant_applies(k, self.variant)}
+                mine = {k[k.index("/"):] for k in own}
+                others = {k: ln for k, ln in sorted(self.calib.get("variant_transfer_lines", {}).items())
+                          if k.split("/")[0] != arch and variant_applies(k, self.variant)
+                          and k[k.index("/"):] not in mine}
+                self.variant_own = {**own, **others} or None
             self.line = self.own if self.own is not None else self.calib["class"]
-            if self.line.get("weight_copy_factor") or "copy_line" in self.line:  # the latter: its copy branch's
+            if any(ln.get("weight_copy_factor") or "copy_line" in ln  # the latter: its copy branch's
+                   for ln in (self.line, *(self.variant_own or {}).values())):
                 if "largest_conv_parameters" not in m:
                     raise ValueError(f"this coefficient file's {model} has no largest_conv_parameters, which its "
                                      f"{backend} line adds; refit it with `vaemem fit`")
@@ -1739,12 +1802,14 @@ class _Plan:
             # for one)
             single = self.price(w, h, 1, f, t)[1] if b > 1 and self.calls is not None else 0
             if self.own is not None:
-                v, floored = _floored(self.own, kd, k1, self.arch_video and f == 1, w * h, copy, dry)
+                line = self.own if self.variant_own is None else self.own_line(kd, k1, f, w * h, copy, dry)[0]
+                v, floored = _floored(line, kd, k1, self.arch_video and f == 1, w * h, copy, dry)
                 env = int(v)
                 if single > env:
                     return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
-            env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry)[0])
+            env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
+                                     self.variant)[0])
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             whole = self._whole(w, h, b, f, dry, env, measured=True)
@@ -1763,6 +1828,20 @@ class _Plan:
         if whole is not None:
             return whole[:3] + (floor,) + whole[4:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
+
+    def own_line(self, dry: float, dry1: float, frames: int, frame_pixels: int, copy: float,
+                 live: float) -> tuple[dict, str]:
+        """(the line that prices a measured architecture's request, its name: "" for its own plain line, else a
+        variant's key such as ``sd15/math``) at the arguments of :func:`_floored`: the highest of its plain line and
+        its variant's lines (``variant_own``). Why the highest: a variant measured at few sizes never prices below
+        the plain points' line, and one never measured on the architecture never below the path's measured excess."""
+        best: tuple[float, dict, str] = (-1.0, self.own, "")  # type: ignore[assignment]
+        args = (dry, dry1, self.arch_video and frames == 1, frame_pixels, copy, live)
+        for name, line in [("", self.own), *(self.variant_own or {}).items()]:
+            v = _floored(line, *args)[0]  # type: ignore[arg-type]
+            if v > best[0]:
+                best = (v, line, name)  # type: ignore[assignment]
+        return best[1], best[2]
 
     def _whole(self, w: int, h: int, b: int, f: int, dry: float, env: int, measured: bool) -> tuple | None:
         """The untiled request's price where it caps a tiled one whose envelope is ``env`` bytes (``price``'s
@@ -1962,18 +2041,30 @@ def _live_branch(c: dict) -> dict:
 
 
 def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                   copy_bytes: float = 0, live: float | None = None) -> tuple[float, str]:
+                   copy_bytes: float = 0, live: float | None = None, variant: str = "") -> tuple[float, str]:
     """A transfer's price (the arguments of :func:`calibration_bytes`) to an architecture calibration ``calib``
     never measured, and which line set it (``"class"`` or an architecture): the highest of the class line, pooled
     over its architectures' points, and each architecture's ``transfer_lines`` entry (its points' envelope, less
     the transients on a weight-copying backend, without a floor). Why both: the pooled line is one compromise
     over architectures whose demand / dry run differ, and left out, HunyuanVideo's fp32 decode was under it at 8 of
     20 points (0.88); each architecture's line is the class's measured factor at this dry-run peak, the pooled one
-    covers what lies between them. A file of schema 6 has no ``transfer_lines``: its class line alone."""
+    covers what lies between them. A file of schema 6 has no ``transfer_lines``: its class line alone. A request of a
+    ``variant`` (:func:`variant_key`) also takes the lines of the architectures measured in it or in a part of it
+    (``variant_transfer_lines``, named ``sd15/math``: :func:`variant_applies`); the plain lines are of plain points
+    (from schema 14)."""
     moved = calib.get("transfer_lines", {})
-    return max(((calibration_bytes(calib["class"] if a == "class" else moved[a], dry, dry1, single_frame,
-                                   frame_pixels, copy_bytes, live=live), a) for a in ("class", *sorted(moved))),
-               key=lambda t: t[0])
+    variants = calib.get("variant_transfer_lines", {})
+    lines = {"class": calib["class"], **{a: moved[a] for a in sorted(moved)},
+             **{k: variants[k] for k in sorted(variants) if variant_applies(k, variant)}}
+    return max(((calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=live), a)
+                for a, ln in lines.items()), key=lambda t: t[0])
+
+
+def transfer_line(calib: dict, name: str) -> dict:
+    """The line :func:`transfer_bytes` named ``name``: ``class``, an architecture's or a variant's."""
+    if name == "class":
+        return calib["class"]
+    return calib["variant_transfer_lines" if "/" in name else "transfer_lines"][name]
 
 
 def weight_copy_bytes(largest_conv_parameters: int, dtype: str, backend: str) -> int:
@@ -2238,6 +2329,14 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             plan.cast_bytes, 0, pixels)
         if own is not None:
             branch = ""
+            m = plan.m
+            own, name = plan.own_line(dry, one, int(frames), int(width) * int(height), copy, live)
+            words = VARIANT_WORDS[name[name.index("/"):]] if name else ""
+            kept = ("" if plan.variant_own is None else
+                    f" of its plain points, above the lines of the {VARIANT_WORDS[plan.variant]} request's measured "
+                    f"variants ({', '.join(plan.variant_own)})" if not name else
+                    f" of its {words} points" if name.split("/")[0] == m["architecture"] else
+                    f" (it has no {words} points: the line of {name.split('/')[0]}'s, above its plain line)")
             if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which
                 args = (dry, one, plan.arch_video and int(frames) == 1, int(width) * int(height), copy)
                 if _line_bytes(own["copy_line"], *args) > _line_bytes(_live_branch(own), *args):
@@ -2252,7 +2351,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 plan.arch_video and int(frames) == 1, int(width) * int(height), live=live)
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
-            reason = (f"{branch}its own line on {on} ({own['n_points']} points{where}): "
+            reason = (f"{branch}its own line{kept} on {on} ({own['n_points']} points{where}): "
                       + _live_floor_says(own, dry, one, single, int(width) * int(height), copy, live)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
@@ -2278,14 +2377,16 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
         # the line that set the price: the class line, or one architecture's where it reserves more
-        top = transfer_bytes(calib, dry, one, single, px, copy, live)[1]
-        chosen = calib["class"] if top == "class" else calib["transfer_lines"][top]
+        top = transfer_bytes(calib, dry, one, single, px, copy, live, plan.variant)[1]
+        chosen = transfer_line(calib, top)
         line = _line_at(chosen, dry, one, single, px)[0]
         below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
                  f"there" if line is not chosen else "")
         which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
-                 else f"{top}'s line, the highest here of the {calib['kernel']} class line of "
-                      f"{', '.join(sorted(calib['architectures']))} and their own")
+                 else (f"{top}'s line" if "/" not in top else
+                       f"the line of {top.split('/')[0]}'s {VARIANT_WORDS[top[top.index('/'):]]} points")
+                 + f", the highest here of the {calib['kernel']} class line of "
+                   f"{', '.join(sorted(calib['architectures']))} and their own")
         if plan.amx_bound:
             which += f" on {AMX_BACKEND}"
         reason = (f"{m['architecture']} not measured here; {which} ({agree}, spread {calib['spread']:.2f}{below}): "

@@ -21,7 +21,8 @@ from typing import Any
 
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
-from vaemem.estimate import AMX_BACKEND, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes
+from vaemem.estimate import (AMX_BACKEND, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes,
+                             variant_key)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -206,8 +207,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     calibrations = calibrate(data, structures, margin)
     calibrated = set()  # groups priced by a calibration line: their pixel line would be dead data
     for cal in calibrations:
-        for arch, line in cal["architectures"].items():
-            gid = group_id({**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": arch})
+        for gid, (arch, line) in line_groups(cal).items():
             calibrated.add(gid)
             if line["worst_ratio"] > QUALITY_BOUND:
                 if gid in exceptions:
@@ -558,11 +558,13 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
                 continue
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
-            entry[2].setdefault(key["architecture"], []).append((*row[:2], p.demand_bytes, *row[3:]))
+            entry[2].setdefault(key["architecture"] + variant_of(p.point, key["op"]), []).append(
+                (*row[:2], p.demand_bytes, *row[3:]))
             entry[3].add(p.torch_version)
     out = []
-    for cid, (platform, kernel, per_arch, torches) in sorted(buckets.items()):
+    for cid, (platform, kernel, per_key, torches) in sorted(buckets.items()):
         copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS
+        per_arch, variants = split_variants(per_key)
         archs = {a: own_line(rows, margin, copies) for a, rows in sorted(per_arch.items())
                  if len({r[0] for r in rows}) >= 2}
         if not archs:
@@ -574,13 +576,60 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS, live_floor=False) / ref
                    for ln in archs.values()]
         spread = max(factors) / min(factors)
-        uncovered = held_out_uncovered({a: per_arch[a] for a in archs}, margin, copies)
+        uncovered = held_out_uncovered({k: rows for k, rows in per_key.items() if _arch(k) in archs}, margin, copies)
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
+                    "variants": {k: own_line(rows, margin, copies) for k, rows in variants.items()},
                     "class": calibration_line(pooled, margin, weight_copy=copies),
                     "transfer_lines": transfer_lines({a: per_arch[a] for a in archs}, margin, copies),
+                    "variant_transfer_lines": transfer_lines(variants, margin, copies),
                     "spread": round(spread, 4), "agree": agree, "torch_versions": sorted(torches)})
     return out
+
+
+def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Group id -> (line name, own line) of a calibration's own lines: an architecture's prices its plain group, a
+    variant's (``sd15/math``) the group of that variant (``sd15/.../untiled/math``, as :func:`load_dataset` names
+    it)."""
+    out = {}
+    for name, line in [*cal["architectures"].items(), *cal.get("variants", {}).items()]:
+        key = {**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": _arch(name)}
+        out[group_id(key) + name[len(_arch(name)):]] = (name, line)
+    return out
+
+
+def variant_of(point: dict[str, Any], op: str) -> str:
+    """The variant a measured point's request names (:func:`vaemem.estimate.variant_key`), as the estimator keys
+    it: "" for a plain one, and the math path of an ``op`` with no attention module is the fused one."""
+    from vaemem.models.zoo import ATTENTION_OPS
+
+    math = point.get("attention", "fused") == "math" and op in ATTENTION_OPS[point["model"]]
+    return variant_key("math" if math else "fused", point.get("slicing", False))
+
+
+def _arch(key: str) -> str:
+    """The architecture of a calibration row key (``sd15`` or ``sd15/math``)."""
+    return key.split("/")[0]
+
+
+def split_variants(per_key: dict[str, list[tuple]]) -> tuple[dict[str, list[tuple]], dict[str, list[tuple]]]:
+    """(per architecture: its plain rows, per variant key such as ``sd15/math``: its rows), from rows keyed by
+    architecture and variant (:func:`variant_of`). A variant keeps lines of its own where its rows and its
+    architecture's plain rows each hold two dry-run peaks or more; else its rows join the plain ones (one line
+    covers them). Why apart: SD1.5's fp32 encode on the math attention path needs 1.12x its dry run at 1280 px, and
+    sliced 1.09-1.13x, where its plain points need 1.01-1.08x; pooled, its transfer line priced the other five
+    architectures' plain encodes 1.15-1.17x (median), apart 1.05x. A variant request is priced by the larger of its
+    variant's line and the plain one (:func:`vaemem.estimate.transfer_bytes`, the estimator's own line)."""
+    peaks = lambda rows: len({r[0] for r in rows})  # noqa: E731
+    plain = {_arch(k): [] for k in per_key}
+    variants: dict[str, list[tuple]] = {}
+    for k, rows in sorted(per_key.items()):
+        a = _arch(k)
+        if k != a and peaks(rows) >= 2 and peaks(per_key.get(a, [])) >= 2:
+            variants[k] = rows
+        else:
+            plain[a] += rows
+    return plain, variants
 
 
 def own_line(rows: list[tuple], margin: float, copies: bool) -> dict[str, Any]:
@@ -655,36 +704,42 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
             if len({r[0] for r in rows}) >= 2}
 
 
-def held_out_ratios(per_arch: dict[str, list[tuple]], margin: float,
+def held_out_ratios(per_key: dict[str, list[tuple]], margin: float,
                     weight_copy: bool = False) -> dict[str, list[float]]:
-    """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them), the
-    reservation / demand of a transfer from the others (the highest of their pooled line and each one's
-    :func:`transfer_lines`; ``weight_copy``: with each row's convolution transient, as a transfer prices it) at each
-    of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
+    """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them, keyed
+    by architecture and variant as :func:`split_variants` takes them), the reservation / demand of a transfer from
+    the others (the highest of their pooled line and each one's :func:`transfer_lines`, and a variant point's of
+    their lines of its variant; ``weight_copy``: with each row's convolution transient, as a transfer prices it) at
+    each of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
     have no point in the domain, are left out)."""
     out = {}
+    per_arch, variants = split_variants(per_key)
     lines = transfer_lines(per_arch, margin, weight_copy)
-    for a, rows in sorted(per_arch.items()):
+    moved = transfer_lines(variants, margin, weight_copy)
+    for a in sorted(per_arch):
         rest = [r for b, rs in per_arch.items() if b != a for r in rs]
         if len({r[0] for r in rest}) < 2:
             continue
         calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy),
-                 "transfer_lines": {b: ln for b, ln in lines.items() if b != a}}
-        ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, _live(r))[0]
-                  / r[2] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
+                 "transfer_lines": {b: ln for b, ln in lines.items() if b != a},
+                 "variant_transfer_lines": {k: ln for k, ln in moved.items() if _arch(k) != a}}
+        ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, _live(r),
+                                 variant=k[len(a):])[0] / r[2]
+                  for k, rows in sorted(per_key.items()) if _arch(k) == a for r in rows
+                  if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
         if ratios:
             out[a] = ratios
     return out
 
 
-def held_out_uncovered(per_arch: dict[str, list[tuple]], margin: float, weight_copy: bool = False) -> list[str]:
+def held_out_uncovered(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False) -> list[str]:
     """The architectures of a class not shown covered by a transfer from the others (:func:`held_out_ratios`):
     under-reserved at a point of the calibration domain, or with no held-out evidence (no point in the domain):
     what a transfer to an unmeasured architecture would risk. Why a condition of agreement beside the spread: the
     spread compares the lines at one dry-run peak, and on this CPU the fp32 conv3d encoders were within 1.10 there
     while LTX-Video, held out, was under-reserved at 0.80 (9-frame clips of 128x128)."""
-    ratios = held_out_ratios(per_arch, margin, weight_copy)
-    return [a for a in sorted(per_arch) if a not in ratios or min(ratios[a]) < 1]
+    ratios = held_out_ratios(per_key, margin, weight_copy)
+    return [a for a in sorted({_arch(k) for k in per_key}) if a not in ratios or min(ratios[a]) < 1]
 
 
 def dumps(document: dict[str, Any]) -> str:

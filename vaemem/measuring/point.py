@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import ATTENTION, geometry_error
+from vaemem.estimate import ATTENTION, geometry_error, variant_key
 from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
@@ -91,8 +91,7 @@ def variant_suffix(point: dict[str, Any]) -> str:
     defaults."""
     v = {k: point.get(k, d) for k, d in VARIANT_DEFAULTS.items()}
     return "".join((f"/o{v['overlap']:g}" if v["overlap"] != DEFAULT_OVERLAP else "",
-                    "/sliced" if v["slicing"] else "", "/math" if v["attention"] != "fused" else "",
-                    "/decomposed" if v["conv3d"] != "native" else ""))
+                    variant_key(v["attention"], v["slicing"]), "/decomposed" if v["conv3d"] != "native" else ""))
 
 
 def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: object, attention: object,

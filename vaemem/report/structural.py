@@ -16,7 +16,8 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_ratios, own_line, request_of, row_of
+from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_ratios, own_line, request_of, row_of,
+                                     variant_of)
 from vaemem.models.zoo import get_spec
 from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES, apps_bytes
 
@@ -101,8 +102,11 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
     out = []
     for cid, entries in sorted(_points(data, structures).items()):
         per_arch: dict[str, list[tuple]] = {}
+        per_key: dict[str, list[tuple]] = {}  # by architecture and variant, as the fit keeps them
         for e in entries:
-            per_arch.setdefault(e[0], []).append((e[3], e[4], e[5], e[6], e[7], e[8], e[9]))
+            row = (e[3], e[4], e[5], e[6], e[7], e[8], e[9])
+            per_arch.setdefault(e[0], []).append(row)
+            per_key.setdefault(e[0] + variant_of(e[2].point, data.groups[e[1]][0]["op"]), []).append(row)
         if len(per_arch) < 2:
             continue
         # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
@@ -110,7 +114,7 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
                            if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
                            else statistics.median(r[2] / r[0] for r in rows), 3) for a, rows in per_arch.items()}
         copies = data.groups[entries[0][1]][0]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
-        for x, ratios in held_out_ratios(per_arch, margin, copies).items():
+        for x, ratios in held_out_ratios(per_key, margin, copies).items():
             others = [factor[a] for a in per_arch if a != x]
             row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
                    **_stats(ratios), "demand_per_dry": factor[x], "others_demand_per_dry": [min(others), max(others)]}
