@@ -1010,7 +1010,12 @@ def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it
     assert est.working_memory_bytes("sd15", "encode", 1280, 1280, attention="math", coefficients=plain, **kw) \
         < 6014 * MIB
     flux = est.explain("flux1", "encode", 1280, 1280, attention="math", **kw)
-    assert flux.bytes == sd.bytes and "it has no math-attention points: the line of sd15's" in flux.reason
+    assert flux.bytes == sd.bytes and "the line of sd15's math-attention points" in flux.reason and \
+        "flux1 has no math-attention points" in flux.reason
+    # a sliced batch of one is the plain request, whatever the sliced lines (at 2048 px beyond the sliced points)
+    for model in ("sd15", "cogview4"):
+        assert est.working_memory_bytes(model, "decode", 2048, 2048, slicing=True, **kw) == \
+            est.working_memory_bytes(model, "decode", 2048, 2048, **kw)
     assert est.working_memory_bytes("flux1", "encode", 1280, 1280, **kw) < flux.bytes
     assert est.working_memory_bytes("cogview4", "encode", 768, 768, attention="math", **kw) == \
         est.working_memory_bytes("cogview4", "encode", 768, 768, **kw)

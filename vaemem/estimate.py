@@ -782,8 +782,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
         if version >= VARIANT_SCHEMA or c.get("variants"):  # from 14: a variant's own and transfer lines
-            _need(version >= VARIANT_SCHEMA or layered, f"{w}.variants", f"absent (from schema {VARIANT_SCHEMA})",
-                  "present")
+            _need(version >= VARIANT_SCHEMA or layered, f"{w}.variants", f"absent in a file of schema {version} "
+                  f"(variant lines are new in schema {VARIANT_SCHEMA})", "a variant line")
             variants = _field(c, "variants", w, "dict")
             for name, line in sorted(variants.items()):
                 arch, _, rest = name.partition("/")
@@ -1802,14 +1802,14 @@ class _Plan:
             # for one)
             single = self.price(w, h, 1, f, t)[1] if b > 1 and self.calls is not None else 0
             if self.own is not None:
-                line = self.own if self.variant_own is None else self.own_line(kd, k1, f, w * h, copy, dry)[0]
+                line = self.own if self.variant_own is None else self.own_line(kd, k1, f, w * h, copy, dry, b)[0]
                 v, floored = _floored(line, kd, k1, self.arch_video and f == 1, w * h, copy, dry)
                 env = int(v)
                 if single > env:
                     return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                     self.variant)[0])
+                                     self.variant_at(b))[0])
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             whole = self._whole(w, h, b, f, dry, env, measured=True)
@@ -1829,15 +1829,21 @@ class _Plan:
             return whole[:3] + (floor,) + whole[4:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
 
+    def variant_at(self, batch: int) -> str:
+        """The request's variant at ``batch`` samples: a sliced batch of one is the plain request."""
+        return self.variant.replace("/sliced", "") if batch == 1 else self.variant
+
     def own_line(self, dry: float, dry1: float, frames: int, frame_pixels: int, copy: float,
-                 live: float) -> tuple[dict, str]:
+                 live: float, batch: int) -> tuple[dict, str]:
         """(the line that prices a measured architecture's request, its name: "" for its own plain line, else a
         variant's key such as ``sd15/math``) at the arguments of :func:`_floored`: the highest of its plain line and
         its variant's lines (``variant_own``). Why the highest: a variant measured at few sizes never prices below
         the plain points' line, and one never measured on the architecture never below the path's measured excess."""
         best: tuple[float, dict, str] = (-1.0, self.own, "")  # type: ignore[assignment]
         args = (dry, dry1, self.arch_video and frames == 1, frame_pixels, copy, live)
-        for name, line in [("", self.own), *(self.variant_own or {}).items()]:
+        variant = self.variant_at(batch)
+        for name, line in [("", self.own), *[(k, ln) for k, ln in (self.variant_own or {}).items()
+                                             if variant_applies(k, variant)]]:
             v = _floored(line, *args)[0]  # type: ignore[arg-type]
             if v > best[0]:
                 best = (v, line, name)  # type: ignore[assignment]
@@ -2330,13 +2336,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         if own is not None:
             branch = ""
             m = plan.m
-            own, name = plan.own_line(dry, one, int(frames), int(width) * int(height), copy, live)
-            words = VARIANT_WORDS[name[name.index("/"):]] if name else ""
-            kept = ("" if plan.variant_own is None else
-                    f" of its plain points, above the lines of the {VARIANT_WORDS[plan.variant]} request's measured "
-                    f"variants ({', '.join(plan.variant_own)})" if not name else
-                    f" of its {words} points" if name.split("/")[0] == m["architecture"] else
-                    f" (it has no {words} points: the line of {name.split('/')[0]}'s, above its plain line)")
+            own, name = plan.own_line(dry, one, int(frames), int(width) * int(height), copy, live, int(batch))
+            words, variant = VARIANT_WORDS[name[name.index("/"):]] if name else "", plan.variant_at(int(batch))
+            applied = [k for k in plan.variant_own or {} if variant_applies(k, variant)]
+            kept = ("" if not applied else f" of its plain points, above the lines of the {VARIANT_WORDS[variant]} "
+                    f"request's measured variants ({', '.join(applied)})" if not name else
+                    f" of its {words} points")
+            other = name.split("/")[0] if name and name.split("/")[0] != m["architecture"] else ""
             if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which
                 args = (dry, one, plan.arch_video and int(frames) == 1, int(width) * int(height), copy)
                 if _line_bytes(own["copy_line"], *args) > _line_bytes(_live_branch(own), *args):
@@ -2351,8 +2357,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                 plan.arch_video and int(frames) == 1, int(width) * int(height), live=live)
             single = plan.arch_video and int(frames) == 1
             on = f"{AMX_BACKEND}, a CPU with AMX tiles" if plan.amx_bound else "this platform"
-            reason = (f"{branch}its own line{kept} on {on} ({own['n_points']} points{where}): "
-                      + _live_floor_says(own, dry, one, single, int(width) * int(height), copy, live)
+            head = (f"{branch}the line of {other}'s {words} points on {on} ({own['n_points']} points{where}; "
+                    f"{m['architecture']} has no {words} points, and that line is above its own plain one): "
+                    if other else f"{branch}its own line{kept} on {on} ({own['n_points']} points{where}): ")
+            reason = (head + _live_floor_says(own, dry, one, single, int(width) * int(height), copy, live)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
                          if at_floor else "") + _line_terms(line, dry, one, single))
             seen = own.get("transient_seen_bytes")
@@ -2377,7 +2385,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
         # the line that set the price: the class line, or one architecture's where it reserves more
-        top = transfer_bytes(calib, dry, one, single, px, copy, live, plan.variant)[1]
+        top = transfer_bytes(calib, dry, one, single, px, copy, live, plan.variant_at(int(batch)))[1]
         chosen = transfer_line(calib, top)
         line = _line_at(chosen, dry, one, single, px)[0]
         below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
