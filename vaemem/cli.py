@@ -682,7 +682,7 @@ def _priced_keys(doc: dict) -> dict[str, dict]:
             key = {"architecture": arch, **{k: c[k] for k in est.PLATFORM_KEYS}}
             keys.setdefault(est.group_id(key), key)
             # each variant measured here (schema 14): its lines price it, for every architecture on that path
-            for v in sorted({k[k.index("/"):] for k in c.get("variants", {})}):
+            for v in sorted({est.variant_parts(k)[1] for k in c.get("variants", {})}):
                 if "/math" in v and est.structure_key(arch, c["op"], c["dtype"], False, "math") not in \
                         doc.get("structures", {}):
                     continue  # no attention module, or no math-path structure: the plain request prices it

@@ -116,7 +116,7 @@ from collections.abc import Callable, Iterator
 # 14: a calibration's own and transfer lines of an architecture are fitted on its plain points (the fused attention
 # path, unsliced), and a variant a request names (slicing, the math attention path) measured at two dry-run peaks or
 # more has lines of its own (``variants``, ``variant_transfer_lines``), which a reader of 13 would ignore, pricing
-# the variant by the plain line alone (SD1.5's fp32 math-path encode at 1280 px: 0.93x).
+# the variant by the plain line alone (SD1.5's fp32 math-path encode at 1280 px: 0.94x).
 SCHEMA_VERSION = 14
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
@@ -786,8 +786,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   f"(variant lines are new in schema {VARIANT_SCHEMA})", "a variant line")
             variants = _field(c, "variants", w, "dict")
             for name, line in sorted(variants.items()):
-                arch, _, rest = name.partition("/")
-                _need(arch in c["architectures"] and "/" + rest in VARIANT_WORDS, f"{w}.variants.{name}",
+                arch, variant = variant_parts(name)
+                _need(arch in c["architectures"] and variant in VARIANT_WORDS, f"{w}.variants.{name}",
                       f"a key of architectures and one of {', '.join(VARIANT_WORDS)} (sd15/math)", name)
                 _check_line(line, f"{w}.variants.{name}", strict=True)
                 lines[f"variants.{name}"] = line
@@ -886,11 +886,18 @@ def variant_key(attention: str, slicing: bool) -> str:
     return ("/sliced" if slicing else "") + ("/math" if attention == "math" else "")
 
 
+def variant_parts(name: str) -> tuple[str, str]:
+    """(architecture, variant) of a calibration's variant line name: ``sd15/math`` -> (``sd15``, ``/math``); a plain
+    architecture's name -> (it, "")."""
+    arch, slash, rest = name.partition("/")
+    return arch, slash + rest
+
+
 def variant_applies(key: str, variant: str) -> bool:
     """Whether a calibration's variant line ``key`` (``sd15/math``) prices a request of ``variant``
     (:func:`variant_key`): each of its parts is one the request names (``/math`` prices a sliced math request
     too, whose work holds the math path's score matrices; nothing prices a plain request)."""
-    parts = key[key.index("/") + 1:].split("/")
+    parts = variant_parts(key)[1][1:].split("/")
     return bool(variant) and set(parts) <= set(variant[1:].split("/"))
 
 
@@ -1663,11 +1670,11 @@ class _Plan:
                 # plain line of FLUX.1, measured fused only, would price 1.05x)
                 # per part of the variant measured here (a sliced math request: /math, /sliced, /sliced/math)
                 own = {k: ln for k, ln in sorted(self.calib.get("variants", {}).items())
-                       if k.split("/")[0] == arch and variant_applies(k, self.variant)}
-                mine = {k[k.index("/"):] for k in own}
+                       if variant_parts(k)[0] == arch and variant_applies(k, self.variant)}
+                mine = {variant_parts(k)[1] for k in own}
                 others = {k: ln for k, ln in sorted(self.calib.get("variant_transfer_lines", {}).items())
-                          if k.split("/")[0] != arch and variant_applies(k, self.variant)
-                          and k[k.index("/"):] not in mine}
+                          if variant_parts(k)[0] != arch and variant_applies(k, self.variant)
+                          and variant_parts(k)[1] not in mine}
                 self.variant_own = {**own, **others} or None
             self.line = self.own if self.own is not None else self.calib["class"]
             if any(ln.get("weight_copy_factor") or "copy_line" in ln  # the latter: its copy branch's
@@ -2070,7 +2077,7 @@ def transfer_line(calib: dict, name: str) -> dict:
     """The line :func:`transfer_bytes` named ``name``: ``class``, an architecture's or a variant's."""
     if name == "class":
         return calib["class"]
-    return calib["variant_transfer_lines" if "/" in name else "transfer_lines"][name]
+    return calib["variant_transfer_lines" if variant_parts(name)[1] else "transfer_lines"][name]
 
 
 def weight_copy_bytes(largest_conv_parameters: int, dtype: str, backend: str) -> int:
@@ -2337,12 +2344,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             branch = ""
             m = plan.m
             own, name = plan.own_line(dry, one, int(frames), int(width) * int(height), copy, live, int(batch))
-            words, variant = VARIANT_WORDS[name[name.index("/"):]] if name else "", plan.variant_at(int(batch))
+            (owner, suffix), variant = variant_parts(name), plan.variant_at(int(batch))
+            words = VARIANT_WORDS.get(suffix, "")
             applied = [k for k in plan.variant_own or {} if variant_applies(k, variant)]
             kept = ("" if not applied else f" of its plain points, above the lines of the {VARIANT_WORDS[variant]} "
                     f"request's measured variants ({', '.join(applied)})" if not name else
                     f" of its {words} points")
-            other = name.split("/")[0] if name and name.split("/")[0] != m["architecture"] else ""
+            other = owner if name and owner != m["architecture"] else ""
             if "copy_line" in own:  # the larger of its live line and its copy branch prices: say which
                 args = (dry, one, plan.arch_video and int(frames) == 1, int(width) * int(height), copy)
                 if _line_bytes(own["copy_line"], *args) > _line_bytes(_live_branch(own), *args):
@@ -2391,8 +2399,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
                  f"there" if line is not chosen else "")
         which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
-                 else (f"{top}'s line" if "/" not in top else
-                       f"the line of {top.split('/')[0]}'s {VARIANT_WORDS[top[top.index('/'):]]} points")
+                 else (f"{top}'s line" if not variant_parts(top)[1] else
+                       f"the line of {variant_parts(top)[0]}'s {VARIANT_WORDS[variant_parts(top)[1]]} points")
                  + f", the highest here of the {calib['kernel']} class line of "
                    f"{', '.join(sorted(calib['architectures']))} and their own")
         if plan.amx_bound:

@@ -22,7 +22,7 @@ from typing import Any
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
 from vaemem.estimate import (AMX_BACKEND, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes,
-                             variant_key)
+                             variant_key, variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -593,8 +593,9 @@ def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     it)."""
     out = {}
     for name, line in [*cal["architectures"].items(), *cal.get("variants", {}).items()]:
-        key = {**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": _arch(name)}
-        out[group_id(key) + name[len(_arch(name)):]] = (name, line)
+        arch, variant = variant_parts(name)
+        out[group_id({**{k: cal[k] for k in GROUP_KEYS if k != "architecture"}, "architecture": arch}) + variant] = \
+            (name, line)
     return out
 
 
@@ -609,7 +610,7 @@ def variant_of(point: dict[str, Any], op: str) -> str:
 
 def _arch(key: str) -> str:
     """The architecture of a calibration row key (``sd15`` or ``sd15/math``)."""
-    return key.split("/")[0]
+    return variant_parts(key)[0]
 
 
 def split_variants(per_key: dict[str, list[tuple]]) -> tuple[dict[str, list[tuple]], dict[str, list[tuple]]]:
@@ -724,7 +725,7 @@ def held_out_ratios(per_key: dict[str, list[tuple]], margin: float,
                  "transfer_lines": {b: ln for b, ln in lines.items() if b != a},
                  "variant_transfer_lines": {k: ln for k, ln in moved.items() if _arch(k) != a}}
         ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, _live(r),
-                                 variant=k[len(a):])[0] / r[2]
+                                 variant=variant_parts(k)[1])[0] / r[2]
                   for k, rows in sorted(per_key.items()) if _arch(k) == a for r in rows
                   if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
         if ratios:
