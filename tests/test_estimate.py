@@ -811,6 +811,29 @@ def test_tiles_that_are_the_whole_image_cost_no_more_than_the_whole_image():
             est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17)
 
 
+def test_a_tile_that_is_the_whole_image_caps_at_the_untiled_price_scaled_by_the_dry_runs():
+    """Wan 2.2's one-frame bf16 encode at 512 px in 256 px tiles (each covers 512 px, the loop steps 384): the first
+    tile is the whole image, the other three crops of it, and the dry run is 35 KiB over the untiled one. It was
+    priced by the fallback at 1.7x the measured untiled line (546 MiB against 321); now the untiled price x the dry
+    runs' ratio caps it, and the reason says so. A loop none of whose tiles is the whole image (SD1.5's 768x512
+    encode in 512 px tiles) is not capped that way."""
+    kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
+    whole = est.explain("wan22", "encode", 512, 512, **kw)
+    tiled = est.explain("wan22", "encode", 512, 512, tile=256, **kw)
+    d_tiled = est.dry_run_bytes(None, "wan22", "encode", 512, 512, dtype="bf16", tile=256)
+    d_whole = est.dry_run_bytes(None, "wan22", "encode", 512, 512, dtype="bf16")
+    assert d_whole < d_tiled < 1.001 * d_whole
+    assert tiled.source == "fallback" and whole.source == "measured"
+    # dry_run_bytes rounds each dry run to a byte
+    assert abs(tiled.bytes - whole.envelope_bytes * d_tiled / d_whole - tiled.cast_bytes) < 2
+    assert "a tile is the whole image" in tiled.reason and f"x {d_tiled / d_whole:.4f}" in tiled.reason
+    plan = est._plan(est._doc(None), "wan22", "encode", "bf16", None, "onednn-amx", "glibc-fixed", "linux", True,
+                     "model")
+    assert plan.tile_is_whole(512, 512, 256) and not plan.tile_is_whole(1024, 1024, 256)
+    sd = est._plan(est._doc(None), "sd15", "encode", "fp16", None, "cudnn", "native", "linux", True, "model")
+    assert not sd.tile_is_whole(768, 512, 512)
+
+
 def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
     """The cap needs the tiles' dry run at most the whole image's, and never rests on a price the live floor set:
     LTX-Video's untiled bf16 decode without AMX at 832x480 x 33 frames is its floor (its line of 4 points is far

@@ -1819,7 +1819,7 @@ class _Plan:
                                      self.variant_at(b))[0])
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
-            whole = self._whole(w, h, b, f, dry, env, measured=True)
+            whole = self._whole(w, h, b, f, t, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
@@ -1831,7 +1831,7 @@ class _Plan:
         env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
         if env < floor:
             env = floor
-        whole = self._whole(w, h, b, f, dry, env + copy, measured=False)
+        whole = self._whole(w, h, b, f, t, dry, env + copy, measured=False)
         if whole is not None:
             return whole[:3] + (floor,) + whole[4:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
@@ -1856,12 +1856,13 @@ class _Plan:
                 best = (v, line, name)  # type: ignore[assignment]
         return best[1], best[2]
 
-    def _whole(self, w: int, h: int, b: int, f: int, dry: float, env: int, measured: bool) -> tuple | None:
+    def _whole(self, w: int, h: int, b: int, f: int, t: int, dry: float, env: int, measured: bool) -> tuple | None:
         """The untiled request's price where it caps a tiled one whose envelope is ``env`` bytes (``price``'s
-        tuple, noted "capped"): its tiles' dry-run peak ``dry`` is at most the whole image's, and that prices less.
-        ``measured``: only an untiled price from the architecture's own line caps (a transfer's tiles: the untiled
-        fallback is no better evidence than the transfer). Never a price the live floor set: a lower bound, not a
-        measurement's line (HunyuanVideo 1.5's fp32 decode at 832x480 x 33 frames)."""
+        tuple, noted "capped"): its tiles' dry-run peak ``dry`` is at most the whole image's, and that prices less;
+        or a tile of it is the whole image (:meth:`tile_is_whole`), and the untiled price scaled by the two dry runs
+        does. ``measured``: only an untiled price from the architecture's own line caps (a transfer's tiles: the
+        untiled fallback is no better evidence than the transfer). Never a price the live floor set: a lower
+        bound, not a measurement's line (HunyuanVideo 1.5's fp32 decode at 832x480 x 33 frames)."""
         u = self.whole
         if u is None or (measured and u.own is None):
             return None
@@ -1869,9 +1870,30 @@ class _Plan:
             whole = u.price(w, h, b, f, None)
         except ValueError:  # diffusers cannot run it untiled: nothing bounds the tiles
             return None
-        if dry <= whole[2] and whole[1] < env and whole[4] != "floored":
+        if whole[4] == "floored" or whole[1] >= env:
+            return None
+        if dry <= whole[2]:
             return whole[0], whole[1], dry, 0, "capped", 0.0, None
-        return None
+        if not self.tile_is_whole(w, h, t):
+            return None
+        # a tile that is the whole image runs the untiled op; the other tiles, crops of it, run it on less, and the
+        # outputs kept for the blend and its copies are in the dry run: the untiled price x the dry runs' ratio (a
+        # line's base is never below 0). Wan 2.2's encode at 512 px in 256 px tiles (each covers 512 px, the loop
+        # steps 384): 35 KiB over the untiled dry run, which the fallback priced at 1.7x the measured untiled line
+        # (546 MiB against 321)
+        cap = int(whole[1] * dry / whole[2])
+        if cap >= env:
+            return None
+        return cap + whole[0] - whole[1], cap, dry, 0, "capped", 0.0, None
+
+    def tile_is_whole(self, w: int, h: int, t: int) -> bool:
+        """Whether diffusers' loop over a request of ``w`` x ``h`` px in ``t`` px tiles runs a tile that is the whole
+        image: its first (:func:`tile_sides` under the tiled structure's stride rule and scale)."""
+        cs = self.cs
+        if cs is None or not cs[0]:
+            return False
+        rows, cols = tile_sides(w, h, t, cs[3], cs[4], cs[5], cs[7])
+        return rows[0] >= h and cols[0] >= w
 
     def copy_at(self, w: int, h: int, b: int, f: int, t: object) -> int:
         """The weight copy of a request (batch ``b`` per call), the fallback's with the margin: 0 where none is
@@ -2388,7 +2410,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             plan.cast_bytes, 0, pixels)
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
-                            + _capped_says(plan, live) + cast_note, env, plan.cast_bytes, 0, pixels)
+                            + _capped_says(plan, live, plan.whole.price(width, height, batch, frames, None)[2])  # type: ignore[union-attr]
+                            + cast_note, env, plan.cast_bytes, 0, pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
@@ -2420,7 +2443,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         reason += note
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if note == "capped":  # the untiled price bounds the tiles' fallback
-        return Estimate(total, "fallback", None, "platform not measured tiled: " + _capped_says(plan, dry)
+        return Estimate(total, "fallback", None, "platform not measured tiled: "
+                        + _capped_says(plan, dry, plan.whole.price(width, height, batch, frames, None)[2])  # type: ignore[union-attr]
                         + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
@@ -2442,11 +2466,16 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
-def _capped_says(plan: _Plan, dry: float) -> str:
-    """What a reason says where the untiled request's price caps a tiled one (``_Plan._whole``)."""
+def _capped_says(plan: _Plan, dry: float, whole_dry: float) -> str:
+    """What a reason says where the untiled request's price caps a tiled one (``_Plan._whole``); ``whole_dry``: the
+    untiled request's dry-run peak (bytes, live tensors as ``dry``)."""
     u = plan.whole
     how = (f"measured: its own line, {u.own['n_points']} points" if u.own is not None  # type: ignore[union-attr]
            else "a transfer" if u.kind == "calib" else "the fallback")  # type: ignore[union-attr]
+    if dry > whole_dry:  # a tile is the whole image (_Plan.tile_is_whole)
+        return (f"capped at this request's untiled price ({how}) x {dry / whole_dry:.4f}, its tiles' dry-run peak "
+                f"over the whole image's ({dry / MIB:.0f} MiB): a tile is the whole image, the others crops of it, "
+                f"plus the outputs the blend keeps")
     return (f"capped at this request's untiled price ({how}), as its tiles' dry-run peak, {dry / MIB:.0f} MiB, is "
             f"below the whole image's")
 
