@@ -100,6 +100,41 @@ def test_math_path_structures_reproduce_fresh_math_dry_runs_of_real_architecture
     assert priced == pytest.approx(fresh, rel=0.01)
 
 
+@pytest.mark.parametrize("name,op,dtype,w,frames", [
+    ("wan21", "encode", "bf16", 256, 1),  # Qwen-Image's: priced at its 384 px attention peak, 2.1x, before
+    ("sd15", "encode", "fp32", 128, 1),
+    ("hunyuanimage-2.1", "decode", "bf16", 256, 1),  # area_min: 1536 px a side
+    ("hunyuanvideo", "decode", "fp32", 64, 9),
+], ids=lambda v: str(v))
+def test_a_math_request_below_its_attention_structure_is_priced_by_its_scaled_peak(name, op, dtype, w, frames):
+    """Below the smallest size the attention structure was derived on, its peak there is scaled by the area (the
+    bytes per pixel grow with it), not taken whole: the math path's price reproduces the fresh math dry run
+    (here the fused one leads) within the structures' 1 %, and stays above it."""
+    doc = est.load(ROOT / "vaemem" / "coefficients.json")
+    arch = get_spec(name).architecture
+    attn = doc["structures"][est.structure_key(arch, op, dtype, False, "math")]
+    assert w * w < attn["area_min"]
+    fresh = trace(TraceSpec(name, op, dtype, w, w, frames=frames, attention="math")).peak_bytes
+    priced = est.structure_peak_bytes(doc, name, op, w, w, dtype=dtype, frames=frames, attention="math")
+    assert priced == pytest.approx(fresh, rel=0.01) and priced >= fresh * 0.999
+    side = int(attn["area_min"] ** 0.5)
+    whole = est.structure_bytes(attn, side, side, 1, frames, None)  # the peak the floor took
+    assert priced < whole
+
+
+def test_an_attention_peak_whose_bytes_per_pixel_shrink_is_not_scaled_below_its_sizes():
+    """Mochi's encode at 13 frames runs its attention over frames in chunks: its bytes per pixel shrink with the
+    area over the traced sizes, and below them grow again (its 256 px dry run holds 1.085x its 384 px attention
+    peak scaled by the area), so there the peak at the smallest traced size is taken whole, above the dry run."""
+    doc = est.load(ROOT / "vaemem" / "coefficients.json")
+    attn = doc["structures"][est.structure_key("mochi", "encode", "bf16", False, "math")]
+    side = int(attn["area_min"] ** 0.5)
+    whole = est.structure_bytes(attn, side, side, 1, 13, None)
+    fresh = trace(TraceSpec("mochi", "encode", "bf16", 256, 256, frames=13, attention="math")).peak_bytes
+    priced = est.structure_peak_bytes(doc, "mochi", "encode", 256, 256, dtype="bf16", frames=13, attention="math")
+    assert fresh > whole * 256 * 256 / side**2 and priced == pytest.approx(whole) and priced >= fresh
+
+
 @pytest.mark.parametrize("name,op,w,h,frames,low,high", [
     ("hunyuanvideo", "encode", 1280, 704, 17, 1.0, 1.08),   # one fit through 64-256 px gave 0.67
     ("cogvideox", "encode", 1280, 704, 33, 0.999, 1.001),    # 0.83; split convolutions: 0.97 before they were

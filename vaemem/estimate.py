@@ -1294,6 +1294,25 @@ def window_peak(windows: tuple, frames: int, area: int, clip_peak: Callable[[int
     return best if best > assembly else assembly
 
 
+def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | None = None) -> float:
+    """The math path's attention peak (bytes) of a compiled attention structure ``ac`` at ``w`` x ``h`` px, ``b``
+    samples, ``f`` frames. Below the smallest size it was derived on (``area_min``, 48 latent px a side): where its
+    bytes per pixel grow from there to 4x that area (the score matrices lead: FLUX.2's encode 368, 512 and 736 B/px
+    at 32, 48 and 64 latent px), its peak there scaled by the area, which bounds them below; else (Mochi's encode
+    at 13 frames, whose attention over frames runs in chunks: 1.48x the bytes per pixel at 48 latent px as at 64)
+    that peak whole. The whole peak had priced Qwen-Image's 256 px bf16 encode on the math path at 371 MiB against
+    183 fused, where its dry run is the fused one's (``benchmarks/math_small_check.py`` checks both rules on fresh
+    dry runs of every architecture with attention at 4-40 latent px)."""
+    v = structure_eval(ac, w, h, b, f, None, terms)
+    area, least = w * h, ac[5]
+    if area >= least:
+        return v
+    side = math.isqrt(least)
+    if structure_eval(ac, 2 * side, 2 * side, b, f, None, terms) >= 4 * v:  # per pixel, grows with the area
+        return v * area / least
+    return v
+
+
 def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
               terms: tuple | None = None, aterms: tuple | None = None,
               uterms: tuple | None = None) -> tuple[float, float]:
@@ -1308,11 +1327,11 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
     dry = structure_eval(cs, w, h, bs, f, t, terms, uterms)
     if ac is not None:
         if t is None:
-            a = structure_eval(ac, w, h, bs, f, None, aterms)
+            a = attention_eval(ac, w, h, bs, f, aterms)
             dry = a if a > dry else dry
         else:
             k = cs[7] if cs[0] else 1  # a tile of a scaled loop covers k x its px a side (Wan 2.2's encode)
-            dry += structure_eval(ac, t * k, t * k, bs, f, None, aterms)
+            dry += attention_eval(ac, t * k, t * k, bs, f, aterms)
     one = dry / bs
     if sliced:
         per = output_per_pixel(out, f)
@@ -1915,7 +1934,7 @@ class _Plan:
             cs = self.cs
             side_w = side_h = t * (cs[7] if cs is not None and cs[0] else 1)  # type: ignore[operator]
         terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
-        return int(structure_eval(ac, side_w, side_h, b, f, None, terms))  # type: ignore[arg-type]
+        return int(attention_eval(ac, side_w, side_h, b, f, terms))  # type: ignore[arg-type]
 
 
 def _lines(coef: dict, key: dict, kernel: str) -> tuple[dict | None, dict | None]:
@@ -2410,7 +2429,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             plan.cast_bytes, 0, pixels)
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
-                            + _capped_says(plan, live, plan.whole.price(width, height, batch, frames, None)[2])  # type: ignore[union-attr]
+                            + _capped_says(plan, live, width, height, batch, frames)
                             + cast_note, env, plan.cast_bytes, 0, pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
@@ -2444,7 +2463,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
-                        + _capped_says(plan, dry, plan.whole.price(width, height, batch, frames, None)[2])  # type: ignore[union-attr]
+                        + _capped_says(plan, dry, width, height, batch, frames)
                         + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
@@ -2466,10 +2485,11 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
-def _capped_says(plan: _Plan, dry: float, whole_dry: float) -> str:
-    """What a reason says where the untiled request's price caps a tiled one (``_Plan._whole``); ``whole_dry``: the
-    untiled request's dry-run peak (bytes, live tensors as ``dry``)."""
+def _capped_says(plan: _Plan, dry: float, width: int, height: int, batch: int, frames: int) -> str:
+    """What a reason says where the untiled request's price caps a tiled one (``_Plan._whole``) whose dry-run peak
+    is ``dry`` bytes (live tensors)."""
     u = plan.whole
+    whole_dry = u.price(width, height, batch, frames, None)[2]  # type: ignore[union-attr]
     how = (f"measured: its own line, {u.own['n_points']} points" if u.own is not None  # type: ignore[union-attr]
            else "a transfer" if u.kind == "calib" else "the fallback")  # type: ignore[union-attr]
     if dry > whole_dry:  # a tile is the whole image (_Plan.tile_is_whole)
