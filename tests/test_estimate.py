@@ -796,12 +796,18 @@ def test_a_tiled_fallback_is_capped_at_the_measured_untiled_price():
 def test_tiles_that_are_the_whole_image_cost_no_more_than_the_whole_image():
     """Wan 2.2 encodes a tile of 2x its px: a 512 px tile of a 1024 px image is one tile, the whole image (same dry
     run). Unmeasured on cuDNN, the tiled fallback (the legacy rule of one tile x its dry-run ratio) was 1.25x the
-    untiled one; on oneDNN fp32 the tiled transfer from MiniMax-H3 prices a 320 px tile of a 640 px image above
-    Wan 2.2's own measured untiled line. Both are capped at the untiled price, and say so."""
+    untiled one; on oneDNN fp32 the tiled transfer from MiniMax-H3 priced a 320 px tile of a 640 px image above
+    Wan 2.2's own measured untiled line, and since campaign 24 its own tiled line (two one-frame points) does, 1.09x.
+    All are capped at the untiled price, and say so."""
+    doc = json.loads(COMMITTED.read_text())
+    for c in doc["calibrations"]:  # the file before campaign 24: Wan 2.2 not measured tiled
+        if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/encode/tiled":
+            del c["architectures"]["wan22"], c["transfer_lines"]["wan22"]
+    fp32 = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed")
     for kw, size, source, how in ((dict(dtype="fp16", backend="cudnn", allocator="native"), 1024, "fallback",
                                    "the fallback"),
-                                  (dict(dtype="fp32", backend="onednn", allocator="glibc-fixed"), 640, "transfer",
-                                   "measured: its own line, 24 points")):
+                                  (dict(fp32, coefficients=doc), 640, "transfer", "measured: its own line, 26 points"),
+                                  (fp32, 640, "measured", "measured: its own line, 26 points")):
         args = ("wan22", "encode", size, size)
         whole = est.explain(*args, frames=17, os="linux", **kw)
         tiled = est.explain(*args, frames=17, os="linux", tile=size // 2, **kw)
@@ -809,6 +815,9 @@ def test_tiles_that_are_the_whole_image_cost_no_more_than_the_whole_image():
         assert (f"capped at this request's untiled price ({how})" in tiled.reason) == (tiled.bytes == whole.bytes)
         assert est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17, tile=size // 2) <= \
             est.dry_run_bytes(None, *args, dtype=kw["dtype"], frames=17)
+    own = est.explain("wan22", "encode", 640, 640, frames=17, tile=320, os="linux", **fp32)
+    assert own.reason.startswith("its own tiled line on this platform (2 points) prices more: capped")
+    est.clear_cache()
 
 
 def test_a_tile_that_is_the_whole_image_caps_at_the_untiled_price_scaled_by_the_dry_runs():
@@ -857,6 +866,8 @@ def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
     # Wan 2.2's untiled line taken out and the class's lines lowered, so that the untiled transfer prices less)
     doc = json.loads(COMMITTED.read_text())
     for c in doc["calibrations"]:
+        if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/encode/tiled":
+            del c["architectures"]["wan22"], c["transfer_lines"]["wan22"]  # its own tiled line (2 points)
         if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/encode/untiled":
             del c["architectures"]["wan22"], c["transfer_lines"]["wan22"]
             for line in (c["class"], *c["transfer_lines"].values()):
@@ -1018,36 +1029,39 @@ def test_a_duplicated_calibration_or_group_is_refused(tmp_path, field, message):
 
 def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it():
     """SD1.5's fp32 encode at 1280 px on the math attention path needed 6014 MiB (1.12x its dry run; its fused
-    points 1.01-1.08x): its math-path line covers it, where its plain line alone (a reader of schema 13's view of
-    the file) reserves less; FLUX.1, measured fused only, is priced on that path by the highest of its own plain line
-    and SD1.5's math-path line at the same dry run; CogView4's encoder holds no attention module, so its math path is
-    its fused one; a plain request is priced as its plain points' line, whatever the variants."""
+    points 1.01-1.08x), FLUX.1's 6003 (campaign 24): their math-path lines cover them, where their plain lines alone
+    (a reader of schema 13's view of the file) reserve less; HunyuanImage-2.1, measured fused only, is priced on that
+    path by the highest of its own plain line and the math-path lines measured there, at its own dry run; CogView4's
+    encoder holds no attention module, so its math path is its fused one; a plain request is priced as its plain
+    points' line, whatever the variants."""
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
     coef = json.loads(COMMITTED.read_text())
     cid = "conv2d/onednn/glibc-fixed/fp32/linux/encode/untiled"
     calib = next(c for c in coef["calibrations"] if c["calibration"] == cid)
-    assert calib == coef["calibrations"][13] and set(calib["variants"]) == {"sd15/math", "sd15/sliced"}
-    sd = est.explain("sd15", "encode", 1280, 1280, attention="math", **kw)
-    assert sd.bytes >= 6014 * MIB and "its own line of its math-attention points" in sd.reason
+    assert calib == coef["calibrations"][13]
+    assert set(calib["variants"]) == {"sd15/math", "sd15/sliced", "flux1/math", "flux2/math"}
     plain = as_schema(json.loads(COMMITTED.read_text()), 13)
-    assert est.working_memory_bytes("sd15", "encode", 1280, 1280, attention="math", coefficients=plain, **kw) \
-        < 6014 * MIB
-    flux = est.explain("flux1", "encode", 1280, 1280, attention="math", **kw)
-    assert flux.bytes == sd.bytes and "the line of sd15's math-attention points" in flux.reason and \
-        "flux1 has no math-attention points" in flux.reason
+    for model, needed_mib in (("sd15", 6014), ("flux1", 6003)):
+        e = est.explain(model, "encode", 1280, 1280, attention="math", **kw)
+        assert e.bytes >= needed_mib * MIB and "its own line of its math-attention points" in e.reason
+        assert est.working_memory_bytes(model, "encode", 1280, 1280, attention="math", coefficients=plain, **kw) \
+            < needed_mib * MIB
+    sd = est.explain("sd15", "encode", 1280, 1280, attention="math", **kw)
+    hy = est.explain("hunyuanimage-2.1", "encode", 1024, 1024, attention="math", **kw)
+    assert "the line of sd15's math-attention points" in hy.reason and \
+        "hunyuanimage-2.1 has no math-attention points" in hy.reason
+    assert hy.bytes > est.working_memory_bytes("hunyuanimage-2.1", "encode", 1024, 1024, **kw)
     # a sliced batch of one is the plain request, whatever the sliced lines (at 2048 px beyond the sliced points)
     for model in ("sd15", "cogview4"):
         assert est.working_memory_bytes(model, "decode", 2048, 2048, slicing=True, **kw) == \
             est.working_memory_bytes(model, "decode", 2048, 2048, **kw)
-    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, **kw) < flux.bytes
     assert est.working_memory_bytes("cogview4", "encode", 768, 768, attention="math", **kw) == \
         est.working_memory_bytes("cogview4", "encode", 768, 768, **kw)
     # a sliced math request holds the math path's score matrices: its math lines price it (and its sliced ones)
-    for model in ("sd15", "flux1"):
-        assert est.working_memory_bytes(model, "encode", 1280, 1280, attention="math", slicing=True, **kw) == sd.bytes
+    assert est.working_memory_bytes("sd15", "encode", 1280, 1280, attention="math", slicing=True, **kw) == sd.bytes
     both = est.explain("flux1", "encode", 1024, 1024, attention="math", slicing=True, batch=2, **kw)
     assert both.bytes >= est.working_memory_bytes("flux1", "encode", 1024, 1024, attention="math", **kw)
-    for model in ("sd15", "flux1"):  # the variants change no plain request's price
+    for model in ("sd15", "flux1", "hunyuanimage-2.1"):  # the variants change no plain request's price
         assert est.working_memory_bytes(model, "encode", 768, 768, **kw) == est.working_memory_bytes(
             model, "encode", 768, 768, coefficients=plain, **kw)
 

@@ -1703,7 +1703,7 @@ class _Plan:
                                      f"{backend} line adds; refit it with `vaemem fit`")
                 self.copy = (copy_s, 1.0, op, dtype, backend)
             self.arch_video = models.get(arch, m)["temporal_factor"] is not None
-            if tiled and self.own is None:
+            if tiled:
                 self.whole = _untiled_bound(coef, model, op, dtype, loaded_dtype, backend, allocator, os, cast,
                                             attention, slicing)
             return
@@ -1739,10 +1739,11 @@ class _Plan:
             self.untiled = _plan(coef, model, op, dtype, loaded_dtype, backend, allocator, os, False, cast, attention,
                                  slicing)
         # a tiled request: its tiles hold fewer live bytes than the whole image where their dry run says so, and
-        # the same weights, so the untiled price bounds the fallback's (in the 27 tiled / untiled pairs measured
-        # here, tiled demand 0.08-0.45x untiled, each within 0.03 of the dry runs' ratio); without it a 1024 px
-        # tile of LTX-2 in bf16 on aten was priced 2.1x its measured untiled request, and on an unmeasured cuDNN a
-        # 512 px tile of Wan 2.2's 1024 px encode (one tile: its tiles cover 2x their px) 1.25x the untiled fallback
+        # the same weights, so the untiled price bounds the fallback's (in the 34 tiled / untiled pairs measured
+        # here whose tiles hold less, tiled demand 0.08-0.46x untiled, each within 0.04 of the dry runs' ratio;
+        # benchmarks/tiled_untiled_check.py); without it a 1024 px tile of LTX-2 in bf16 on aten was priced 2.1x its
+        # measured untiled request, and on an unmeasured cuDNN a 512 px tile of Wan 2.2's 1024 px encode (one tile:
+        # its tiles cover 2x their px) 1.25x the untiled fallback
         if tiled and s is not None:
             self.whole = _untiled_bound(coef, model, op, dtype, loaded_dtype, backend, allocator, os, cast,
                                         attention, slicing)
@@ -1833,6 +1834,12 @@ class _Plan:
                 env = int(v)
                 if single > env:
                     return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
+                # its own tiled line, of few points, can price above its own untiled one where the tiles hold no
+                # less (Wan 2.2's fp32 encode: its tiled points are one frame at 288 and 512 px, whose first tile
+                # is the whole image, and that line priced 640 px x 17 frames in 320 px tiles 1.09x untiled)
+                whole = None if floored else self._whole(w, h, b, f, t, dry, env, measured=True)
+                if whole is not None:
+                    return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
                                      self.variant_at(b))[0])
@@ -2381,6 +2388,11 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             f"never needs less than (its line prices one sample by the most a convolution's call "
                             f"holds, a batch by its dry run and transient, here less): {e1.reason}", env,
                             plan.cast_bytes, 0, pixels)
+        if note == "capped" and own is not None:  # its own untiled line bounds its own tiled one
+            return Estimate(total, "measured", calib["calibration"], f"its own tiled line on this platform "
+                            f"({own['n_points']} points) prices more: " + _capped_says(plan, live, width, height,
+                                                                                      batch, frames)
+                            + cast_note, env, plan.cast_bytes, 0, pixels)
         if own is not None:
             branch = ""
             m = plan.m
