@@ -3,6 +3,7 @@
     python benchmarks/cpu_hidden_ops.py [MODEL OP DTYPE SIDE ...]   # Linux; re-runs itself under glibc-fixed
     python benchmarks/cpu_hidden_ops.py hunyuanimage-2.1 encode bf16 512
     python benchmarks/cpu_hidden_ops.py --convs MODEL OP DTYPE WIDTH HEIGHT FRAMES   # call by call
+    python benchmarks/cpu_hidden_ops.py --math sd15 encode fp32 1024     # SDPA on its math path (score matrices)
 
 A dry run counts the tensors each op returns; an op's own buffers (a convolution's reorders, a reduction's
 upcast) are invisible to it. This runs the op once on real CPU tensors (a zoo model built from its config,
@@ -31,6 +32,12 @@ holds 129 MiB beyond the 256->256 3x3 convolution's 128 MiB output (its input 12
 shortcut's hold beside another call's output. Wan 2.1's causal 3x3x3 convolutions (``--convs wan21 decode bf16 256
 160 9``) hold their padded input, 46 MiB beyond a 30 MiB output (1.54x). That is the rule of a CPU without AMX
 (``vaemem.tracing.counter.onednn_hidden_bytes(amx=False)``); the AMX Xeon's lines keep twice the output.
+
+On the math attention path (``--math``, 2026-12-06, the AVX2 EPYC): ``aten._safe_softmax``, SDPA's softmax there,
+holds a boolean mask of its input beyond its output, one byte per score (``--math sd15 encode fp32 1024``: 256 MiB
+beyond a 1024 MiB score matrix; bf16, 0.5x), which no dispatch mode sees: the math-path encodes of SD1.5 and FLUX.1
+at 1280 and 1536 px needed 1.12x their dry run until it was counted
+(``vaemem.tracing.counter.safe_softmax_hidden_bytes``).
 """
 
 from __future__ import annotations
@@ -45,9 +52,13 @@ DEFAULT = (("hunyuanimage-2.1", "encode", "bf16", 512), ("hunyuanimage-2.1", "en
 MIB = 2**20
 
 
-def run(model: str, op: str, dtype: str, side: int) -> dict[str, list[int]]:
-    """Per aten op: [calls, the most bytes it held beyond its output, its largest output in bytes]."""
+def run(model: str, op: str, dtype: str, side: int, math: bool = False) -> dict[str, list[int]]:
+    """Per aten op: [calls, the most bytes it held beyond its output, its largest output in bytes]; ``math``: SDPA
+    on its math path."""
+    from contextlib import nullcontext
+
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -72,7 +83,7 @@ def run(model: str, op: str, dtype: str, side: int) -> dict[str, list[int]]:
     spec = get_spec(model)
     m = build_model(spec, op, "cpu", dtype, seed=0)
     x = torch.randn(input_shape(spec, op, side, side, 1, 1)).to(DTYPES[dtype])
-    with torch.no_grad():
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]) if math else nullcontext():
         run_op(m, op, x)  # warm: oneDNN builds its primitives on the first call
         with Held():
             run_op(m, op, x)
@@ -122,12 +133,14 @@ def main(argv: list[str]) -> None:
             print(f"{str(x):28s} {str(wt):22s} {held / MIB:8.1f} {out / MIB:8.1f} {inp / MIB:8.1f} "
                   f"{held / inp:10.2f}")
         return
+    math = argv[:1] == ["--math"]
+    argv = argv[1:] if math else argv
     if argv and len(argv) % 4:
         sys.exit("error: give points as MODEL OP DTYPE SIDE, four words each")
     points = [(argv[i], argv[i + 1], argv[i + 2], int(argv[i + 3])) for i in range(0, len(argv), 4)] or DEFAULT
     for model, op, dtype, side in points:
-        rows = run(model, op, dtype, side)
-        print(f"\n{model} {op} {dtype} {side}x{side} px, glibc-fixed; MiB")
+        rows = run(model, op, dtype, side, math)
+        print(f"\n{model} {op} {dtype} {side}x{side} px{', math attention path' if math else ''}, glibc-fixed; MiB")
         print(f"{'aten op':40s} {'calls':>6s} {'held beyond output':>19s} {'largest output':>15s}")
         for name, (calls, held, out) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:6]:
             print(f"{name:40s} {calls:6d} {held / MIB:19.1f} {out / MIB:15.1f}")

@@ -67,7 +67,8 @@ def as_schema(doc: dict, version: int) -> dict:
     """``doc`` (a coefficient document) relabelled as a file of an older schema ``version``, in place: before
     schema 8 no file held the onednn-amx key, so its groups and calibrations go; before 11 no structure held the
     factor of a CPU without AMX, and no own line a copy branch; before 12 no structure the live bytes at its
-    convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines."""
+    convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines; before
+    15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove)."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]

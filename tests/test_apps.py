@@ -431,12 +431,12 @@ def test_layering_keeps_the_shipped_lines_of_architectures_the_rig_did_not_measu
     assert flux.source == "measured" and "2.000 x dry-run peak" in flux.reason
 
 
-def test_layering_keeps_every_layers_variant_lines_and_a_schema_13_layer_layers(tmp_path):
+def test_layering_keeps_every_layers_variant_lines_and_only_schema_13_and_14_layer(tmp_path):
     """A rig's refit of the six fp32 image encoders with no math-path points, layered over the packaged file: its
     pool is as wide as the packaged one's and wins the class and transfer lines, yet FLUX.1 on the math path is still
     priced by SD1.5's packaged math-path line (a variant's lines are one architecture's measurement, kept from
-    every layer); a rig's file of schema 13 (its lines pool the variants) layers over the packaged schema 14, whose
-    oneDNN lines are priced alike."""
+    every layer). Files of schema 13 (their lines pool the variants) and 14 price their oneDNN lines alike and
+    layer; beside the packaged schema 15, which prices the math path's otherwise, either is refused."""
     shipped = json.loads(PACKAGED.read_text())
     cid = "conv2d/onednn/glibc-fixed/fp32/linux/encode/untiled"
     mine = {**shipped, "calibrations": [{**c, "variants": {}, "variant_transfer_lines": {}}
@@ -448,9 +448,14 @@ def test_layering_keeps_every_layers_variant_lines_and_a_schema_13_layer_layers(
                                     **kw) == packaged
     assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=tmp_path / "mine.json", **kw) \
         < packaged
-    (tmp_path / "old.json").write_text(json.dumps(as_schema(json.loads(PACKAGED.read_text()), 13)))
-    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "old.json", None],
-                                    **kw) == packaged
+    for version in (13, 14):
+        (tmp_path / f"{version}.json").write_text(json.dumps(as_schema(json.loads(PACKAGED.read_text()), version)))
+    fourteen = est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=tmp_path / "14.json", **kw)
+    assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "13.json",
+                                                                                  tmp_path / "14.json"], **kw) \
+        == fourteen
+    with pytest.raises(ValueError, match=r"hold oneDNN lines of schemas 13 and 15, .* refit layer 1"):
+        est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "13.json", None], **kw)
 
 
 def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(tmp_path):
@@ -498,10 +503,10 @@ def _older(version: int) -> dict:
 ONEDNN = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
 
 
-@pytest.mark.parametrize("version", [5, 7, 8, 9, 10])
+@pytest.mark.parametrize("version", [5, 7, 8, 9, 10, 14])
 def test_onednn_lines_of_different_schemas_are_refused(version):
-    """The oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers) and 10
-    (tiled as well), and a layered document prices them by one schema: an older file's oneDNN lines beside the
+    """The oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers), 10
+    (tiled as well) and 15 (the math path's, on the fused part), and a layered document prices them by one schema: an older file's oneDNN lines beside the
     packaged ones (a schema-9 file's tiled lines at factor 1 beside the packaged tiled lines, fitted with it: 0.63x)
     are refused either way round, naming the layer to refit. Alone it prices, and layers of one schema layer."""
     old = _older(version)

@@ -1028,12 +1028,15 @@ def test_a_duplicated_calibration_or_group_is_refused(tmp_path, field, message):
 
 
 def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it():
-    """SD1.5's fp32 encode at 1280 px on the math attention path needed 6014 MiB (1.12x its dry run; its fused
-    points 1.01-1.08x), FLUX.1's 6003 (campaign 24): their math-path lines cover them, where their plain lines alone
-    (a reader of schema 13's view of the file) reserve less; HunyuanImage-2.1, measured fused only, is priced on that
-    path by the highest of its own plain line and the math-path lines measured there, at its own dry run; CogView4's
-    encoder holds no attention module, so its math path is its fused one; a plain request is priced as its plain
-    points' line, whatever the variants."""
+    """SD1.5's fp32 encode at 1280 px on the math attention path needed 6014 MiB, FLUX.1's 6003 (campaign 24), and
+    at 1536 px 12197 (campaign 25): 1.12x their dry run until it counted the mask SDPA's softmax holds, 1.005-1.007x
+    since. Their math-path lines price them at 1.05-1.06x, and so do their plain lines alone (a reader of schema 13's
+    view of the file): the dry run explains the path. The decode's score matrices take no oneDNN buffers (schema
+    15): its line prices 1536 px at 1.06x, where schema 14's rule (the fused part's factor 1.25 on the whole peak)
+    prices the same lines 1.3x. HunyuanImage-2.1, measured fused only, is priced on that path by the highest of its
+    own plain line and the math-path lines measured there, at its own dry run; CogView4's encoder holds no attention
+    module, so its math path is its fused one; a plain request is priced as its plain points' line, whatever the
+    variants."""
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
     coef = json.loads(COMMITTED.read_text())
     cid = "conv2d/onednn/glibc-fixed/fp32/linux/encode/untiled"
@@ -1041,11 +1044,19 @@ def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it
     assert calib == coef["calibrations"][13]
     assert set(calib["variants"]) == {"sd15/math", "sd15/sliced", "flux1/math", "flux2/math"}
     plain = as_schema(json.loads(COMMITTED.read_text()), 13)
-    for model, needed_mib in (("sd15", 6014), ("flux1", 6003)):
-        e = est.explain(model, "encode", 1280, 1280, attention="math", **kw)
-        assert e.bytes >= needed_mib * MIB and "its own line of its math-attention points" in e.reason
-        assert est.working_memory_bytes(model, "encode", 1280, 1280, attention="math", coefficients=plain, **kw) \
-            < needed_mib * MIB
+    for model, op, side, needed_mib in (("sd15", "encode", 1280, 6014), ("flux1", "encode", 1280, 6003),
+                                        ("sd15", "encode", 1536, 12197), ("sd15", "decode", 1536, 12196)):
+        e = est.explain(model, op, side, side, attention="math", **kw)
+        assert needed_mib * MIB <= e.bytes <= 1.07 * needed_mib * MIB
+        assert "its own line of its math-attention points" in e.reason
+        if op == "encode":
+            assert est.working_memory_bytes(model, op, side, side, attention="math", coefficients=plain, **kw) \
+                >= needed_mib * MIB
+    e = est.explain("sd15", "decode", 1536, 1536, attention="math", **kw)
+    assert "at its score matrices, 12169 MiB, which no op holding oneDNN's buffers joins" in e.reason
+    whole = as_schema(json.loads(COMMITTED.read_text()), 14)
+    assert est.working_memory_bytes("sd15", "decode", 1536, 1536, attention="math", coefficients=whole, **kw) \
+        > 1.25 * 12196 * MIB
     sd = est.explain("sd15", "encode", 1280, 1280, attention="math", **kw)
     hy = est.explain("hunyuanimage-2.1", "encode", 1024, 1024, attention="math", **kw)
     assert "the line of sd15's math-attention points" in hy.reason and \

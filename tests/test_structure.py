@@ -3,6 +3,7 @@ leave-one-architecture-out behave as declared."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -209,6 +210,29 @@ def test_an_embedded_tile_working_set_is_the_untiled_structure_of_its_op(committ
         for key, s in tiled.items():
             name, op, dtype, _ = key.split("/")
             assert s["tile_working_set"] == structures[est.structure_key(name, op, dtype, False, "fused")], key
+
+
+def test_on_the_math_path_onednns_buffers_are_the_fused_parts_alone():
+    """Schema 15's rule, the known answer of the dry runs themselves: a math-path dry run's peak with oneDNN's
+    buffers is the larger of the fused path's (same point) and the attention peak as it is: no op of an attention
+    module holds any. Every math-path entry of the committed cache with a fused twin (the video grids), and fresh
+    dry runs of SD1.5's decoder where the fused part leads (768 px) and where its score matrices do (1536 px)."""
+    entries = tc.read_cache(ROOT / "fits" / "traces.json")["entries"]
+    pairs = [(e, entries[k.replace("/math/", "/fused/")]) for k, e in entries.items()
+             if "/math/" in k and "onednn_peak_bytes" in e and k.replace("/math/", "/fused/") in entries]
+    fresh = [(trace(TraceSpec("sd15", "decode", "fp32", s, s, attention="math")),
+              trace(TraceSpec("sd15", "decode", "fp32", s, s))) for s in (768, 1536)]
+    pairs += [({"attention_peak_bytes": m.attention_peak_bytes, "onednn_peak_bytes": m.onednn_peak_bytes},
+               {"onednn_peak_bytes": f.onednn_peak_bytes}) for m, f in fresh]
+    assert len(pairs) >= 96
+    for math_e, fused_e in pairs:
+        assert math_e["onednn_peak_bytes"] == max(fused_e["onednn_peak_bytes"], math_e["attention_peak_bytes"])
+        if "onednn_peak_bytes_no_amx" in math_e:
+            assert math_e["onednn_peak_bytes_no_amx"] == max(fused_e["onednn_peak_bytes_no_amx"],
+                                                             math_e["attention_peak_bytes"])
+    (m768, f768), (m1536, f1536) = fresh
+    assert m768.onednn_peak_bytes == f768.onednn_peak_bytes > m768.attention_peak_bytes
+    assert m1536.onednn_peak_bytes == m1536.attention_peak_bytes > f1536.onednn_peak_bytes
 
 
 @pytest.mark.slow
@@ -632,19 +656,26 @@ def test_a_class_agrees_in_the_dry_run_with_onednns_buffers(tmp_path):
 
 def test_a_tiled_request_takes_its_untiled_structures_onednn_factor():
     """A tile's share of oneDNN's buffers was never traced, and the tiled demand / dry run follows the untiled
-    factor: from schema 10 a tiled request says its untiled structure's (the math path's, the larger of the fused
-    and the attention structure's), and the fit reads a tiled point the same way; a file of schema 9 prices its
-    tiled lines on the plain dry run."""
+    factor: from schema 10 a tiled request says its untiled structure's (on the math path, from schema 15 the
+    fused structure's on the fused part, a tile's attention peak on top as it is; in 10-14 the larger of the fused
+    and the attention structure's on the whole), and the fit reads a tiled point the same way; a file of schema 9
+    prices its tiled lines on the plain dry run."""
     doc = est.load(PACKAGED)
     fused = doc["structures"]["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]
     assert fused > 1
     kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
     e = est.explain("sd15", "decode", 1024, 1024, tile=512, **kw)
     assert e.source == "measured" and f"x {fused:.4g} for the buffers oneDNN's ops hold" in e.reason
-    # the math path's attention structure, its factor raised here (the packaged one ties the fused one's)
+    # the math path's attention structure, its factor raised here (the packaged one ties the fused one's): read
+    # by a file of schema 14 only
     raised = json.loads(PACKAGED.read_text())
     raised["structures"]["sd15/decode/bf16/untiled/math"]["onednn_hidden_factor"] = round(fused + 0.1, 4)
     e = est.explain("sd15", "decode", 1024, 1024, tile=512, attention="math", coefficients=raised, **kw)
+    assert e.bytes == est.working_memory_bytes("sd15", "decode", 1024, 1024, tile=512, attention="math", **kw)
+    assert f"the tiles' fused part x {fused:.4g} for the buffers oneDNN's ops hold while they run and a tile's " \
+        "attention peak on top as it is" in e.reason
+    fourteen = as_schema(copy.deepcopy(raised), 14)  # a fresh document: a plan is cached per document
+    e = est.explain("sd15", "decode", 1024, 1024, tile=512, attention="math", coefficients=fourteen, **kw)
     assert f"x {fused + 0.1:.4g} for the buffers oneDNN's ops hold" in e.reason
     tiled = est.explain("sd15", "decode", 1024, 1024, tile=512, **kw)
     nine = as_schema(json.loads(PACKAGED.read_text()), 9)

@@ -325,6 +325,32 @@ def test_onednn_peak_adds_each_ops_buffer_only_while_it_runs(dtype, copies):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_math_paths_softmax_holds_a_mask_of_its_scores_while_it_runs(dtype, monkeypatch):
+    """Known answer on real tensors: on its math path SDPA runs ``aten._safe_softmax`` on the score matrix, which
+    holds a boolean mask of the scores (one byte each) beside its output while it runs and never returns it: the
+    peak is the one without it plus n x n bytes, and nothing of it is left when SDPA returns."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from vaemem.tracing import counter
+
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    n, ch = 64, 8
+    q, k, v = (torch.randn(1, 1, n, ch, dtype=dt) for _ in range(3))
+
+    def peak() -> int:
+        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), counter.LiveBytes() as c:
+            c.exclude([q, k, v])
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            assert c.current == out.untyped_storage().nbytes()
+        return c.peak
+
+    with_mask = peak()
+    monkeypatch.setattr(counter, "safe_softmax_hidden_bytes", lambda args: 0)
+    assert with_mask == peak() + n * n
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_without_amx_a_half_precision_convolution_holds_a_copy_of_its_input(dtype):
     """Known answer on real tensors, the rule measured call by call on the AVX512-BF16 EPYC
     (``benchmarks/cpu_hidden_ops.py``): a 3x3 bf16 convolution holds a copy of its input, a 1x1 one two, where the

@@ -117,7 +117,14 @@ from collections.abc import Callable, Iterator
 # path, unsliced), and a variant a request names (slicing, the math attention path) measured at two dry-run peaks or
 # more has lines of its own (``variants``, ``variant_transfer_lines``), which a reader of 13 would ignore, pricing
 # the variant by the plain line alone (SD1.5's fp32 math-path encode at 1280 px: 0.94x).
-SCHEMA_VERSION = 14
+# 15: on the math attention path the oneDNN lines are in the larger of the fused peak x the fused structure's
+# onednn_hidden_factor and the attention peak as it is (no op of an attention module holds oneDNN's buffers: every
+# math-path dry run in fits/traces.json has that oneDNN peak to the byte), where 14 took the larger factor of the
+# two structures x the larger peak (SD1.5's fp32 decode at 1536 px: 1.25 x its score matrices' peak); and the dry
+# runs count the boolean mask SDPA's math-path softmax holds (vaemem.tracing.counter.safe_softmax_hidden_bytes). A
+# reader of 14 would price the math path by schema 14's rule on lines fitted under this one (over, up to 1.25x); a
+# file of 14 is priced by its own rule.
+SCHEMA_VERSION = 15
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
@@ -125,7 +132,8 @@ NO_AMX_SCHEMA = 11  # the first whose half-precision onednn lines are in the dry
 CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the call peak (conv_call_peak_bytes)
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -321,11 +329,13 @@ def _layer(docs: list) -> dict:
     # schema's contract: the layers holding them must share it (only those lines read the schema). The first layer's
     # structure of a key serves every layer's lines: one without onednn_hidden_factor would price another layer's
     # oneDNN lines, fitted with it, at 1 (under); one without onednn_hidden_factor_no_amx by the AMX rule.
-    # (14 kept a variant's points apart and priced the lines as 13 did: those two layer)
+    # (14 kept a variant's points apart and priced the lines as 13 did: those two layer; 15 prices the math path's
+    # oneDNN lines otherwise, on dry runs that count its softmax's mask)
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
+    rule = lambda v: v if v >= ATTENTION_APART_SCHEMA else min(v, RESIDENT_SCHEMA)  # noqa: E731
     for i in onednn[1:]:
         first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
-        if min(this, RESIDENT_SCHEMA) != min(first, RESIDENT_SCHEMA):
+        if rule(this) != rule(first):
             raise ValueError(f"coefficients layers {onednn[0] + 1} and {i + 1} hold oneDNN lines of schemas {first} "
                              f"and {this}, which are priced differently and cannot be layered; refit layer "
                              f"{onednn[0] + 1 if first < this else i + 1} with `vaemem fit`")
@@ -1314,31 +1324,38 @@ def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | Non
 
 
 def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
-              terms: tuple | None = None, aterms: tuple | None = None,
-              uterms: tuple | None = None) -> tuple[float, float]:
-    """(dry-run peak, of one sample) of a request from its compiled structures: ``cs`` the fused one for its
-    tiling, ``ac`` the math path's attention structure or None (the larger of the two untiled, a tile's attention
-    peak on top of the fused peak tiled: an upper bound), ``out`` the untiled structure whose output bytes a sliced
-    batch keeps (None: unsliced). ``terms``/``aterms``/``uterms``: the :func:`frame_terms` at ``f`` of ``cs``, ``ac``
-    and ``cs``'s second area piece, where cached. The one
-    evaluation of the variants: pricing and :func:`dry_run_bytes` both call it."""
+              terms: tuple | None = None, aterms: tuple | None = None, uterms: tuple | None = None,
+              hidden: float = 1.0, apart: bool = True) -> tuple[float, float, float, float]:
+    """(dry-run peak, of one sample, and the two with the buffers oneDNN's ops hold) of a request from its compiled
+    structures: ``cs`` the fused one for its tiling, ``ac`` the math path's attention structure or None (the larger
+    of the two untiled, a tile's attention peak on top of the fused peak tiled: an upper bound), ``out`` the untiled
+    structure whose output bytes a sliced batch keeps (None: unsliced). ``terms``/``aterms``/``uterms``: the
+    :func:`frame_terms` at ``f`` of ``cs``, ``ac`` and ``cs``'s second area piece, where cached. With oneDNN's buffers
+    (``hidden``, :func:`onednn_hidden_factor`): the fused part x ``hidden`` and the attention part as it is (``apart``,
+    schema 15: no op of an attention module holds any), else (a file of schema 14 or older) the whole x ``hidden``.
+    The one evaluation of the variants: pricing, the fit and :func:`dry_run_bytes` all call it."""
     sliced = out is not None and b > 1
     bs = 1 if sliced else b  # the samples in flight at once
     dry = structure_eval(cs, w, h, bs, f, t, terms, uterms)
+    kdry = hidden * dry
     if ac is not None:
         if t is None:
             a = attention_eval(ac, w, h, bs, f, aterms)
             dry = a if a > dry else dry
+            kdry = (a if a > kdry else kdry) if apart else hidden * dry
         else:
             k = cs[7] if cs[0] else 1  # a tile of a scaled loop covers k x its px a side (Wan 2.2's encode)
-            dry += attention_eval(ac, t * k, t * k, bs, f, aterms)
-    one = dry / bs
+            a = attention_eval(ac, t * k, t * k, bs, f, aterms)
+            dry += a
+            kdry = kdry + a if apart else hidden * dry
+    one, kone = dry / bs, kdry / bs
     if sliced:
         per = output_per_pixel(out, f)
         if cs[10] is not None and f > 1:  # each sample keeps every clip's output whole (the token_drop slice is
             per = -(-f // cs[10][0]) * cs[10][1]  # a view), where the knots interpolate
         dry = one + (b - 1) * per * w * h  # type: ignore[operator]
-    return dry, one
+        kdry = kone + hidden * (b - 1) * per * w * h  # type: ignore[operator]
+    return dry, one, kdry, kone
 
 
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
@@ -1581,7 +1598,7 @@ class _Plan:
                  "variant_own", "variant", "calib", "group", "cref", "arch_video", "legacy", "pixel_line",
                  "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound", "hidden", "calls", "backend")
+                 "amx_bound", "hidden", "apart", "calls", "backend")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1661,10 +1678,12 @@ class _Plan:
             key = {**key, "conv_backend": "onednn"}
             self.calib, self.group = _lines(coef, key, kernel)
         # a calibration's lines on oneDNN are in the dry run with the buffers its ops hold (onednn_hidden_factor):
-        # the untiled structure's, the math path's as well; a tiled request's lines there from schema 10; the
-        # factor of the lines' platform (an AMX CPU's lines pricing one without AMX: the AMX rule's)
+        # the untiled structure's on its fused part, the attention peak as it is (from schema 15; before, the math
+        # structure's factor as well, on the whole); a tiled request's lines there from schema 10; the factor of the
+        # lines' platform (an AMX CPU's lines pricing one without AMX: the AMX rule's)
+        self.apart = coef["schema_version"] >= ATTENTION_APART_SCHEMA
         self.hidden = 1.0 if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else onednn_hidden_factor(
-            key["conv_backend"], structures.get(structure_key(arch, op, dtype, False)), a,
+            key["conv_backend"], structures.get(structure_key(arch, op, dtype, False)), None if self.apart else a,
             no_amx=coef["schema_version"] >= NO_AMX_SCHEMA)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         # the lines of the request's variant beside its own plain line: its own (``sd15/math``), else the other
@@ -1811,17 +1830,10 @@ class _Plan:
             floor = _legacy(*self.legacy, w, h, b, f, t) + self._attention_on_top(w, h, b, f, t)
             env = floor + self.copy_at(w, h, b, f, t)
             return env + self.cast_bytes, env, None, floor, "", 0.0, None
-        ac = self.attn
-        dry, one = _dry_peak(cs, ac, self.out, w, h, b, f, t,  # type: ignore[arg-type]
-                             None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),
-                             None if ac is None else
-                             self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
-                             None if self.up is None else
-                             self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)))
+        dry, one, kdry, kone = self.dry_runs(w, h, b, f, t)
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            kd, k1, cp = call_dry_runs(self.calls, "fp32", self.backend, t is not None, b, w, h, f,
-                                       self.hidden * dry, self.hidden * one)
+            kd, k1, cp = call_dry_runs(self.calls, "fp32", self.backend, t is not None, b, w, h, f, kdry, kone)
             if cp is not None:  # the transient is in them (schema 12)
                 copy = 0
             # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
@@ -1861,6 +1873,18 @@ class _Plan:
         if whole is not None:
             return whole[:3] + (floor,) + whole[4:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
+
+    def dry_runs(self, w: int, h: int, b: int, f: int, t: int | None) -> tuple[float, float, float, float]:
+        """(dry-run peak, of one sample, the two with oneDNN's buffers) of a request this plan has a structure for
+        (:func:`_dry_peak`, with the frame terms cached)."""
+        cs, ac = self.cs, self.attn
+        return _dry_peak(cs, ac, self.out, w, h, b, f, t,  # type: ignore[arg-type]
+                         None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),
+                         None if ac is None else
+                         self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
+                         None if self.up is None else
+                         self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)),
+                         self.hidden, self.apart)
 
     def variant_at(self, batch: int) -> str:
         """The request's variant at ``batch`` samples: a sliced batch of one is the plain request."""
@@ -2024,9 +2048,10 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
 
 def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
                          frames: int = 1, tile: int | None = None, attention: str = "fused",
-                         slicing: bool = False) -> float | None:
+                         slicing: bool = False, hidden: float = 1.0) -> float | None:
     """:func:`dry_run_bytes` without its checks, on any dict with ``models`` (each with ``architecture`` and
-    ``attention_ops``) and ``structures``: what the fit evaluates at its measured points."""
+    ``attention_ops``) and ``structures``: what the fit evaluates at its measured points; with ``hidden``, the dry
+    run with oneDNN's buffers (:func:`_dry_peak`, the current schema's rule)."""
     m = coef["models"][model]
     structures = coef.get("structures", {})
     arch = m["architecture"]
@@ -2039,7 +2064,7 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
         return None  # as the estimator: no structure covers this request (nor a tile outside its tiled basis)
     return _dry_peak(compile_structure(s), None if a is None else compile_structure(a),
                      compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
-                     width, height, batch, frames, tile)[0]
+                     width, height, batch, frames, tile, hidden=hidden)[2]
 
 
 def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True) -> float:
@@ -2365,9 +2390,30 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
         k = plan.hidden
-        live, dry, one = dry, k * dry, k * one  # the lines are in oneDNN's dry run (hidden)
-        hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
-                  f"oneDNN's ops hold while they run" if k != 1 else "")
+        live = dry
+        # the lines are in oneDNN's dry run (hidden)
+        dry, one = plan.dry_runs(int(width), int(height), int(batch), int(frames), tile)[2:]
+        # what oneDNN's buffers make of the live tensors' peak: x k; on the math path x k on the fused part only
+        scores = attention == "math" and plan.attn is not None and abs(dry - k * live) > MIB
+        if scores and tile is not None:
+            above = (f"{live / MIB:.0f} MiB, with the tiles' fused part x {k:.4g} for oneDNN's buffers and a tile's "
+                     f"attention peak on top as it is")
+            hidden = (f"; that dry-run peak is the tiles' fused part x {k:.4g} for the buffers oneDNN's ops hold "
+                      f"while they run and a tile's attention peak on top as it is ({live / MIB:.0f} MiB without "
+                      f"the buffers)")
+        elif not scores:
+            hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
+                      f"oneDNN's ops hold while they run" if k != 1 else "")
+            above = f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers"
+        elif dry <= live:
+            above = (f"at its score matrices, {live / MIB:.0f} MiB, which no op holding oneDNN's buffers joins (its "
+                     f"fused part x {k:.4g} for them stays below)")
+            hidden = f"; that dry-run peak is its live tensors' peak {above}"
+        else:
+            above = (f"at its score matrices, {live / MIB:.0f} MiB, below its fused part's x {k:.4g} for the buffers "
+                     f"oneDNN's ops hold while they run")
+            hidden = (f"; that dry-run peak is its fused part's x {k:.4g} for the buffers oneDNN's ops hold while they "
+                      f"run, above its live tensors' peak at its score matrices, {live / MIB:.0f} MiB")
         top, one, cp = call_dry_runs(plan.calls, "fp32", plan.backend, tile is not None, int(batch), int(width),
                                      int(height), int(frames), dry, one)
         if cp is not None:  # the transient is in them (schema 12)
@@ -2375,7 +2421,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             if cp > dry:
                 hidden = (f"; that dry-run peak is the most a convolution's call holds, {cp / MIB:.0f} MiB: the "
                           f"bytes live there and its weight copy or im2col buffer, above its live tensors' peak "
-                          f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers")
+                          f"{above}")
             else:
                 hidden += ("; each convolution's weight copy or im2col buffer, with the bytes live at its call, "
                            "stays below that")

@@ -296,10 +296,12 @@ def request_of(point: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | N
             "attention": point.get("attention", "fused"), "slicing": point.get("slicing", False)}
 
 
-def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple[float, float] | None:
+def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any],
+           hidden: float = 1.0) -> tuple[float, float] | None:
     """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structures, by the
-    estimator's own evaluation (:func:`vaemem.estimate.structure_peak_bytes`) of the point's request; None where nothing
-    covers it (a variant the estimator cannot express, or no structure for it)."""
+    estimator's own evaluation (:func:`vaemem.estimate.structure_peak_bytes`) of the point's request, with oneDNN's
+    buffers where ``hidden`` (:func:`hidden_of`) is given; None where nothing covers it (a variant the estimator
+    cannot express, or no structure for it)."""
     from vaemem import estimate as est
     from vaemem.models.zoo import ATTENTION_OPS
 
@@ -309,7 +311,7 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     arch, op = key["architecture"], key["op"]
     doc = {"models": {arch: {"architecture": arch, "attention_ops": list(ATTENTION_OPS[arch])}},
            "structures": structures}
-    kw = dict(dtype=req["dtype"], frames=req["frames"], tile=req["tile"], attention=req["attention"])
+    kw = dict(dtype=req["dtype"], frames=req["frames"], tile=req["tile"], attention=req["attention"], hidden=hidden)
     w, h = point["width"], point["height"]
     dry = est.structure_peak_bytes(doc, arch, op, w, h, batch=req["batch"], slicing=req["slicing"], **kw)
     return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
@@ -318,14 +320,11 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
 def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> float:
     """The factor from a measured point's dry-run peak to the one its platform's lines are in
     (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; a tiled
-    point takes its untiled structure's)."""
+    point takes its untiled structure's; a math-path point's attention peak takes none, :func:`dry_of`)."""
     from vaemem import estimate as est
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
-    math_path = point.get("attention", "fused") == "math"
-    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)),
-                                    structures.get(est.structure_key(arch, op, dtype, False, "math"))
-                                    if math_path else None)
+    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)))
 
 
 def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple | None:
@@ -340,12 +339,12 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     d = dry_of(point, key, structures)
     if d is None:
         return None
-    k = hidden_of(point, key, structures)
+    kd = dry_of(point, key, structures, hidden_of(point, key, structures))
     q = point
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
     dry, one, cp = est.call_dry_runs(s, key["dtype"], key["conv_backend"], bool(q["tile"]), q["batch"], q["width"],
-                                     q["height"], q["frames"], k * d[0], k * d[1])
+                                     q["height"], q["frames"], *kd)  # type: ignore[misc]
     transient = 0 if cp is not None else transient_bytes(point, key, structures)
     return dry, one, 0, single, q["width"] * q["height"], transient, d[0]
 
