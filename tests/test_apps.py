@@ -506,8 +506,8 @@ ONEDNN = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed",
 @pytest.mark.parametrize("version", [5, 7, 8, 9, 10, 14])
 def test_onednn_lines_of_different_schemas_are_refused(version):
     """The oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers), 10
-    (tiled as well) and 15 (the math path's, on the fused part), and a layered document prices them by one schema: an older file's oneDNN lines beside the
-    packaged ones (a schema-9 file's tiled lines at factor 1 beside the packaged tiled lines, fitted with it: 0.63x)
+    (tiled as well) and 15 (the math path's, on the fused part), and a layered document prices them by one schema:
+    an older file's oneDNN lines beside the packaged ones (a schema-9 file's tiled lines at factor 1 beside the packaged tiled lines, fitted with it: 0.63x)
     are refused either way round, naming the layer to refit. Alone it prices, and layers of one schema layer."""
     old = _older(version)
     for layers, stale in (([old, None], 1), ([None, old], 2)):
@@ -558,6 +558,22 @@ def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_
         first = est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
         assert first.bytes == est.explain("sd15", "decode", 512, 512, coefficients=old, **aten).bytes
         assert first.bytes > est.explain("sd15", "decode", 512, 512, **aten).bytes
+
+
+def test_an_older_layers_math_path_structure_never_prices_lines_of_schema_15():
+    """From schema 15 the math path's dry runs count the mask its softmax holds: a file of 14 (its own lines
+    aten's, a GPU rig owner's would be cuDNN's) put first, whose math-path structures would win and price the
+    packaged lines on dry runs without it (SD1.5's 1536 px math-path encode 0.94x), is refused, naming the structure;
+    after the packaged file the packaged structures win and price as the packaged file alone does."""
+    old = _without_onednn(_older(14))
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", attention="math")
+    with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled/math is of "
+                                         r"schema 14, whose math-path dry runs leave out the mask the softmax holds, "
+                                         r"and layer 2's lines \(schema 15\) are priced with it; refit layer 1"):
+        est.explain("sd15", "encode", 1536, 1536, coefficients=[old, None], **kw)
+    shipped = est.explain("sd15", "encode", 1536, 1536, **kw)
+    after = est.explain("sd15", "encode", 1536, 1536, coefficients=[None, old], **kw)
+    assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
 
 
 def test_a_newer_structure_serves_older_onednn_lines_by_their_schemas_factor():

@@ -1029,11 +1029,11 @@ def test_a_duplicated_calibration_or_group_is_refused(tmp_path, field, message):
 
 def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it():
     """SD1.5's fp32 encode at 1280 px on the math attention path needed 6014 MiB, FLUX.1's 6003 (campaign 24), and
-    at 1536 px 12197 (campaign 25): 1.12x their dry run until it counted the mask SDPA's softmax holds, 1.005-1.007x
-    since. Their math-path lines price them at 1.05-1.06x, and so do their plain lines alone (a reader of schema 13's
-    view of the file): the dry run explains the path. The decode's score matrices take no oneDNN buffers (schema
+    at 1536 px 12197 (campaign 25): 1.12x their dry run until it counted the mask SDPA's softmax holds, 1.002-1.007x
+    since. Their math-path lines price them at 1.05-1.06x, and their plain lines alone (a reader of schema 13's
+    view of the file) cover the encodes too: the dry run explains the path. The decode's score matrices take no oneDNN buffers (schema
     15): its line prices 1536 px at 1.06x, where schema 14's rule (the fused part's factor 1.25 on the whole peak)
-    prices the same lines 1.3x. HunyuanImage-2.1, measured fused only, is priced on that path by the highest of its
+    prices the same lines 1.3x. HunyuanVideo, measured fused only, is priced on that path by the highest of its
     own plain line and the math-path lines measured there, at its own dry run; CogView4's encoder holds no attention
     module, so its math path is its fused one; a plain request is priced as its plain points' line, whatever the
     variants."""
@@ -1058,10 +1058,11 @@ def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it
     assert est.working_memory_bytes("sd15", "decode", 1536, 1536, attention="math", coefficients=whole, **kw) \
         > 1.25 * 12196 * MIB
     sd = est.explain("sd15", "encode", 1280, 1280, attention="math", **kw)
-    hy = est.explain("hunyuanimage-2.1", "encode", 1024, 1024, attention="math", **kw)
-    assert "the line of sd15's math-attention points" in hy.reason and \
-        "hunyuanimage-2.1 has no math-attention points" in hy.reason
-    assert hy.bytes > est.working_memory_bytes("hunyuanimage-2.1", "encode", 1024, 1024, **kw)
+    # measured fused only, where its score matrices lead: the highest of its plain line and the path's lines
+    hy = est.explain("hunyuanvideo", "encode", 1536, 1536, attention="math", **kw)
+    assert "its own line of its plain points, above the lines of the math-attention request's measured variants " \
+        "(wan21/math)" in hy.reason
+    assert hy.bytes > 1.5 * est.working_memory_bytes("hunyuanvideo", "encode", 1536, 1536, **kw)
     # a sliced batch of one is the plain request, whatever the sliced lines (at 2048 px beyond the sliced points)
     for model in ("sd15", "cogview4"):
         assert est.working_memory_bytes(model, "decode", 2048, 2048, slicing=True, **kw) == \
@@ -1075,6 +1076,28 @@ def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it
     for model in ("sd15", "flux1", "hunyuanimage-2.1"):  # the variants change no plain request's price
         assert est.working_memory_bytes(model, "encode", 768, 768, **kw) == est.working_memory_bytes(
             model, "encode", 768, 768, coefficients=plain, **kw)
+
+
+def test_a_math_path_request_whose_score_matrices_do_not_lead_is_the_fused_request():
+    """Campaign 26: Wan 2.1's fp32 math-path encodes at 768 px (its convolutions lead, 2843 MiB) and 1024 px (its
+    score matrices do, 5277 MiB) give it a variant line of 0.895 x dry run + 850 MiB. From schema 15 a math-path
+    request whose dry run with oneDNN's buffers is the fused path's is the fused request, priced by the plain lines
+    (Wan 2.2's 256 px x 9-frame encode would take that line at 2.2x, a file of 14 still does), and says so; one
+    whose score matrices lead takes its lines, and both measured points are covered."""
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    for model, side, frames in (("wan22", 256, 9), ("wan21", 256, 9), ("wan21", 768, 1), ("sd15", 1280, 1)):
+        math = est.explain(model, "encode" if model != "sd15" else "decode", side, side, frames=frames,
+                           attention="math", **kw)
+        fused = est.explain(model, "encode" if model != "sd15" else "decode", side, side, frames=frames, **kw)
+        assert math.bytes == fused.bytes and "its score matrices do not lead" in math.reason, model
+    fourteen = as_schema(json.loads(COMMITTED.read_text()), 14)
+    assert est.working_memory_bytes("wan22", "encode", 256, 256, frames=9, attention="math", coefficients=fourteen,
+                                    **kw) > 2 * est.working_memory_bytes("wan22", "encode", 256, 256, frames=9, **kw)
+    for side, needed_mib in ((768, 2843), (1024, 5277)):
+        assert est.working_memory_bytes("wan21", "encode", side, side, attention="math", **kw) >= needed_mib * MIB
+    led = est.explain("wan21", "encode", 1024, 1024, attention="math", **kw)
+    assert "(wan21/math)" in led.reason and "dry-run peak with its score matrices" in led.reason
+    assert led.bytes > est.working_memory_bytes("wan21", "encode", 1024, 1024, **kw)
 
 
 def test_the_reason_says_when_the_resident_branch_prices():

@@ -326,9 +326,10 @@ def test_onednn_peak_adds_each_ops_buffer_only_while_it_runs(dtype, copies):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_math_paths_softmax_holds_a_mask_of_its_scores_while_it_runs(dtype, monkeypatch):
-    """Known answer on real tensors: on its math path SDPA runs ``aten._safe_softmax`` on the score matrix, which
-    holds a boolean mask of the scores (one byte each) beside its output while it runs and never returns it: the
-    peak is the one without it plus n x n bytes, and nothing of it is left when SDPA returns."""
+    """Known answer on real tensors: ``aten._safe_softmax`` (SDPA's softmax on its math path) holds a boolean mask
+    of its input, one byte per element, beside its output while it runs: on an n x n input the peak is the output
+    plus n x n bytes, and the record says the mask; the live bytes after it are the output's alone. Through SDPA on
+    its math path the peak is the one without the mask plus it."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -336,13 +337,19 @@ def test_the_math_paths_softmax_holds_a_mask_of_its_scores_while_it_runs(dtype, 
 
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     n, ch = 64, 8
+    x = torch.randn(1, 1, n, n, dtype=dt)
+    with torch.no_grad(), counter.LiveBytes() as c:
+        c.exclude([x])
+        out = torch.ops.aten._safe_softmax(x, -1)
+        size = out.untyped_storage().nbytes()
+        assert (c.peak, c.current, c.softmax_mask) == (size + n * n, size, n * n)
+    del out
     q, k, v = (torch.randn(1, 1, n, ch, dtype=dt) for _ in range(3))
 
     def peak() -> int:
         with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), counter.LiveBytes() as c:
             c.exclude([q, k, v])
-            out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-            assert c.current == out.untyped_storage().nbytes()
+            torch.nn.functional.scaled_dot_product_attention(q, k, v)
         return c.peak
 
     with_mask = peak()
@@ -445,6 +452,28 @@ def test_untiled_entries_keep_their_onednn_peaks(tmp_path):
         with pytest.raises(VaememError, match=f"{field} must be an integer at least its peak_bytes"):
             tc.read_cache(path)
         entry[field] = kept
+
+
+def test_a_math_path_entry_without_its_softmax_mask_is_an_older_vaemems(tmp_path):
+    """A math-path entry records the mask its softmax held (``softmax_mask_bytes``, counted in its peaks); one
+    without it was traced before the mask was counted, so it is incomplete (a resumed ``trace --zoo --record``
+    re-runs it, ``fit`` refuses the cache) and a fused entry needs none; a mask that is no integer is refused."""
+    path = tmp_path / "traces.json"
+    specs = [_spec("tiny-kl", "decode", width=64, height=64, attention="math"), _spec("tiny-kl", "decode")]
+    doc = tc.record(path, [trace(s) for s in specs])
+    math_e, fused = (doc["entries"][s.key] for s in specs)
+    tokens = (64 // get_spec("tiny-kl").spatial_factor) ** 2  # one head: a tokens x tokens score matrix
+    assert math_e["softmax_mask_bytes"] == tokens**2 and "softmax_mask_bytes" not in fused
+    assert tc.incomplete(doc) == []
+    del math_e["softmax_mask_bytes"]
+    path.write_text(tc.dumps(doc))
+    assert tc.incomplete(tc.read_cache(path)) == [specs[0].key]
+    res = CliRunner().invoke(app, ["fit", "--traces", str(path), "--out", str(tmp_path / "c.json")])
+    assert res.exit_code == 1 and "1 dry runs lack records this vaemem reads" in res.output
+    math_e["softmax_mask_bytes"] = "1"
+    path.write_text(tc.dumps(doc))
+    with pytest.raises(VaememError, match="softmax_mask_bytes must be an integer"):
+        tc.read_cache(path)
 
 
 def test_a_reused_fake_model_gives_what_a_fresh_build_gives():

@@ -61,9 +61,11 @@ On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines are in the dry run with the b
 they run (a convolution its output's reorder in fp32; in half precision twice its output with AMX, a copy of its
 input, two for a 1x1 kernel, without; a half-precision mean an fp32 copy of its input), ``onednn_hidden_factor``
 (half precision on ``onednn``: ``onednn_hidden_factor_no_amx``) x the dry-run peak (its untiled structure's, for a
-tiled request as well: :func:`onednn_hidden_factor`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain dry-run
+tiled request as well: :func:`onednn_hidden_factor`; on the math path x its fused part only, the attention peak
+taken as it is, :func:`_dry_peak`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain dry-run
 peak, the live tensors. A file of schema 8 or older has no such factor (its lines are in the plain dry run), one
-of 9 has it for untiled requests only, one of 10 the AMX rule's alone.
+of 9 has it for untiled requests only, one of 10 the AMX rule's alone, one of 14 or older puts the larger of the
+fused and math structures' factors on a math-path request's whole peak.
 
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
@@ -353,7 +355,15 @@ def _layer(docs: list) -> dict:
     for i, d in enumerate(docs):
         for key, st in d.get("structures", {}).items():
             winner.setdefault(key, (i, st))
+    # from schema 15 the math path's dry runs count the mask its softmax holds: lines of 15 priced with an older
+    # layer's math-path structure, which does not, would be priced under (SD1.5's 1536 px encode: 0.94x)
+    newer = [j for j, d in enumerate(docs) if d["schema_version"] >= ATTENTION_APART_SCHEMA and d["_calib"]]
     for key, (i, st) in sorted(winner.items()):
+        if key.endswith("/math") and newer and docs[i]["schema_version"] < ATTENTION_APART_SCHEMA:
+            raise ValueError(f"coefficients layer {i + 1}'s structure {key} is of schema "
+                             f"{docs[i]['schema_version']}, whose math-path dry runs leave out the mask the softmax "
+                             f"holds, and layer {newer[0] + 1}'s lines (schema {docs[newer[0]]['schema_version']}) "
+                             f"are priced with it; refit layer {i + 1} with `vaemem fit`")
         if "/untiled" not in key:
             continue
         for f, cached in zip(HIDDEN_FACTORS, ("onednn_peak_bytes", "onednn_peak_bytes_no_amx")):
@@ -1332,7 +1342,8 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
     structure whose output bytes a sliced batch keeps (None: unsliced). ``terms``/``aterms``/``uterms``: the
     :func:`frame_terms` at ``f`` of ``cs``, ``ac`` and ``cs``'s second area piece, where cached. With oneDNN's buffers
     (``hidden``, :func:`onednn_hidden_factor`): the fused part x ``hidden`` and the attention part as it is (``apart``,
-    schema 15: no op of an attention module holds any), else (a file of schema 14 or older) the whole x ``hidden``.
+    schema 15: no op of an attention module holds any), else (a file of schema 14 or older) the whole x ``hidden``;
+    a sliced batch's kept outputs x ``hidden`` either way (as on the fused path: an upper bound).
     The one evaluation of the variants: pricing, the fit and :func:`dry_run_bytes` all call it."""
     sliced = out is not None and b > 1
     bs = 1 if sliced else b  # the samples in flight at once
@@ -1841,7 +1852,8 @@ class _Plan:
             # for one)
             single = self.price(w, h, 1, f, t)[1] if b > 1 and self.calls is not None else 0
             if self.own is not None:
-                line = self.own if self.variant_own is None else self.own_line(kd, k1, f, w * h, copy, dry, b)[0]
+                line = self.own if self.variant_own is None else self.own_line(kd, k1, f, w * h, copy, dry,
+                                                                               self.variant_at(w, h, b, f, t))[0]
                 v, floored = _floored(line, kd, k1, self.arch_video and f == 1, w * h, copy, dry)
                 env = int(v)
                 if single > env:
@@ -1854,7 +1866,7 @@ class _Plan:
                     return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                     self.variant_at(b))[0])
+                                     self.variant_at(w, h, b, f, t))[0])
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             whole = self._whole(w, h, b, f, t, dry, env, measured=True)
@@ -1886,19 +1898,34 @@ class _Plan:
                          self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)),
                          self.hidden, self.apart)
 
-    def variant_at(self, batch: int) -> str:
-        """The request's variant at ``batch`` samples: a sliced batch of one is the plain request."""
-        return self.variant.replace("/sliced", "") if batch == 1 else self.variant
+    def variant_at(self, w: int, h: int, b: int, f: int, t: int | None) -> str:
+        """The request's variant: a sliced batch of one is the plain request, and (from schema 15) a math-path one
+        whose score matrices do not lead, its dry run with oneDNN's buffers the fused path's, the fused request: a
+        variant's lines were fitted where they may lead, and a line of few points, carried below them, prices what
+        the convolutions hold by another law (Wan 2.1's two fp32 math-path encodes, 768 px led by its convolutions
+        and 1024 px by its score matrices: 0.895 x dry run + 850 MiB, Wan 2.2's 256 px x 9 frames at 2.2x its
+        fused price)."""
+        variant = self.variant.replace("/sliced", "") if b == 1 else self.variant
+        if "/math" in variant and self.apart and self.cs is not None and self.attn is not None and t is None:
+            math_path = self.dry_runs(w, h, b, f, t)[2]
+            fused = _dry_peak(self.cs, None, self.out, w, h, b, f, t,  # type: ignore[arg-type]
+                              None if self.cs[0] else self.terms.get(f) or self.terms.setdefault(
+                                  f, frame_terms(self.cs, f)), None,
+                              None if self.up is None else self.uterms.get(f) or self.uterms.setdefault(
+                                  f, frame_terms(self.up, f)), self.hidden, True)[2]
+            if math_path <= fused:
+                variant = variant.replace("/math", "")
+        return variant
 
     def own_line(self, dry: float, dry1: float, frames: int, frame_pixels: int, copy: float,
-                 live: float, batch: int) -> tuple[dict, str]:
+                 live: float, variant: str) -> tuple[dict, str]:
         """(the line that prices a measured architecture's request, its name: "" for its own plain line, else a
         variant's key such as ``sd15/math``) at the arguments of :func:`_floored`: the highest of its plain line and
-        its variant's lines (``variant_own``). Why the highest: a variant measured at few sizes never prices below
-        the plain points' line, and one never measured on the architecture never below the path's measured excess."""
+        its lines of the request's ``variant`` (:meth:`variant_at`; ``variant_own``). Why the highest: a variant
+        measured at few sizes never prices below the plain points' line, and one never measured on the architecture
+        never below the path's measured excess."""
         best: tuple[float, dict, str] = (-1.0, self.own, "")  # type: ignore[assignment]
         args = (dry, dry1, self.arch_video and frames == 1, frame_pixels, copy, live)
-        variant = self.variant_at(batch)
         for name, line in [("", self.own), *[(k, ln) for k, ln in (self.variant_own or {}).items()
                                              if variant_applies(k, variant)]]:
             v = _floored(line, *args)[0]  # type: ignore[arg-type]
@@ -2069,7 +2096,8 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
 
 def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
-    the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (the math path's as well) on a
+    the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (in a file of schema 14 or older
+    the math path's as well; from 15 the fused one's, on the fused part alone: :func:`_dry_peak`) on a
     oneDNN backend, else 1 (other backends; a file of schema 8 or older: none); on ``onednn`` (a CPU without AMX
     tiles) a half-precision structure's ``onednn_hidden_factor_no_amx`` where it has one and ``no_amx`` (the lines
     are of schema 11 or newer: a layered document's structure may be newer than its oneDNN lines): its
@@ -2373,7 +2401,12 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     cast_note = ""
     if attention == "math":
         cast_note = ("; math attention path: no attention module in this op, so the same as fused"
-                     if plan.attn is None else "; math attention path: dry-run peak with its score matrices"
+                     if plan.attn is None else
+                     "; math attention path: its score matrices do not lead (its dry run with oneDNN's buffers is "
+                     "the fused path's), so priced as the fused request"
+                     if plan.kind == "calib" and "/math" not in plan.variant_at(
+                         int(width), int(height), int(batch), int(frames), tile) else
+                     "; math attention path: dry-run peak with its score matrices"
                      if plan.cs is not None and plan.kind != "pixel" else
                      "; math attention path: the attention peak of the tile or image added on top (an upper bound)")
     if slicing and int(batch) > 1:
@@ -2391,29 +2424,31 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         own, calib, m = plan.own, plan.calib, plan.m
         k = plan.hidden
         live = dry
-        # the lines are in oneDNN's dry run (hidden)
-        dry, one = plan.dry_runs(int(width), int(height), int(batch), int(frames), tile)[2:]
-        # what oneDNN's buffers make of the live tensors' peak: x k; on the math path x k on the fused part only
-        scores = attention == "math" and plan.attn is not None and abs(dry - k * live) > MIB
+        # the lines are in oneDNN's dry run (hidden); what its buffers make of the live tensors' peak: x k, on the
+        # math path x k on the fused part only (told by one sample's: a sliced batch adds its kept outputs x k)
+        _, live1, dry, one = plan.dry_runs(int(width), int(height), int(batch), int(frames), tile)
+        scores = attention == "math" and plan.attn is not None and abs(one - k * live1) > MIB
+        outputs = (f", and the outputs of the samples before it x {k:.4g}"
+                   if scores and plan.out is not None and int(batch) > 1 else "")
         if scores and tile is not None:
             above = (f"{live / MIB:.0f} MiB, with the tiles' fused part x {k:.4g} for oneDNN's buffers and a tile's "
-                     f"attention peak on top as it is")
+                     f"attention peak on top as it is{outputs}")
             hidden = (f"; that dry-run peak is the tiles' fused part x {k:.4g} for the buffers oneDNN's ops hold "
-                      f"while they run and a tile's attention peak on top as it is ({live / MIB:.0f} MiB without "
-                      f"the buffers)")
+                      f"while they run and a tile's attention peak on top as it is{outputs} ({live / MIB:.0f} MiB "
+                      f"without the buffers)")
         elif not scores:
             hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
                       f"oneDNN's ops hold while they run" if k != 1 else "")
             above = f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers"
-        elif dry <= live:
+        elif one <= live1:
             above = (f"at its score matrices, {live / MIB:.0f} MiB, which no op holding oneDNN's buffers joins (its "
-                     f"fused part x {k:.4g} for them stays below)")
+                     f"fused part x {k:.4g} for them stays below){outputs}")
             hidden = f"; that dry-run peak is its live tensors' peak {above}"
         else:
             above = (f"at its score matrices, {live / MIB:.0f} MiB, below its fused part's x {k:.4g} for the buffers "
-                     f"oneDNN's ops hold while they run")
+                     f"oneDNN's ops hold while they run{outputs}")
             hidden = (f"; that dry-run peak is its fused part's x {k:.4g} for the buffers oneDNN's ops hold while they "
-                      f"run, above its live tensors' peak at its score matrices, {live / MIB:.0f} MiB")
+                      f"run{outputs}, above its live tensors' peak at its score matrices, {live / MIB:.0f} MiB")
         top, one, cp = call_dry_runs(plan.calls, "fp32", plan.backend, tile is not None, int(batch), int(width),
                                      int(height), int(frames), dry, one)
         if cp is not None:  # the transient is in them (schema 12)
@@ -2442,8 +2477,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         if own is not None:
             branch = ""
             m = plan.m
-            own, name = plan.own_line(dry, one, int(frames), int(width) * int(height), copy, live, int(batch))
-            (owner, suffix), variant = variant_parts(name), plan.variant_at(int(batch))
+            variant = plan.variant_at(int(width), int(height), int(batch), int(frames), tile)
+            own, name = plan.own_line(dry, one, int(frames), int(width) * int(height), copy, live, variant)
+            owner, suffix = variant_parts(name)
             words = VARIANT_WORDS.get(suffix, "")
             applied = [k for k in plan.variant_own or {} if variant_applies(k, variant)]
             kept = ("" if not applied else f" of its plain points, above the lines of the {VARIANT_WORDS[variant]} "
@@ -2493,7 +2529,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
         # the line that set the price: the class line, or one architecture's where it reserves more
-        top = transfer_bytes(calib, dry, one, single, px, copy, live, plan.variant_at(int(batch)))[1]
+        top = transfer_bytes(calib, dry, one, single, px, copy, live,
+                             plan.variant_at(int(width), int(height), int(batch), int(frames), tile))[1]
         chosen = transfer_line(calib, top)
         line = _line_at(chosen, dry, one, single, px)[0]
         below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "

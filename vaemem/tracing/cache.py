@@ -16,7 +16,10 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                                  live bytes at the fewest], ...]
                                                 (fp32, untiled, fused entries),
                                                 "onednn_peak_bytes": N (untiled unsliced entries),
-                                                "onednn_peak_bytes_no_amx": N (those in half precision)}}}
+                                                "onednn_peak_bytes_no_amx": N (those in half precision),
+                                                "softmax_mask_bytes": N (math-path entries: the mask their
+                                                softmax held, counted in the peaks; an entry without it is an
+                                                older vaemem's, which did not count it)}}}
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ def complete(entry: dict[str, Any]) -> bool:
     if keeps_onednn_peak(spec) and "onednn_peak_bytes" not in entry:
         return False
     if keeps_no_amx_peak(spec) and "onednn_peak_bytes_no_amx" not in entry:
+        return False
+    if spec.attention == "math" and "softmax_mask_bytes" not in entry:
         return False
     return all(len(c) == CONV_INPUT_FIELDS for c in entry.get("conv_inputs", [[]])) if keeps_conv_inputs(
         spec) else True
@@ -140,7 +145,10 @@ def read_cache(path: str | Path) -> dict[str, Any]:
                               f"call (positive), the most at a call of the fewest (positive, at most the most)]")
         elif len({tuple(c[:4]) for c in convs}) != len(convs):
             raise VaememError(f"{path}: entry {key}: conv_inputs holds two records of one convolution weight shape")
-        if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0)) < 0:
+        mask = e.get("softmax_mask_bytes", 0)
+        if not isinstance(mask, int) or isinstance(mask, bool):
+            raise VaememError(f"{path}: entry {key}: softmax_mask_bytes must be an integer")
+        if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0), mask) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
         for field in ("onednn_peak_bytes", "onednn_peak_bytes_no_amx"):
             hidden = e.get(field, e["peak_bytes"])
@@ -184,6 +192,7 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
                                       "peak_module": r.peak_module}
         if r.spec.attention == "math":  # the one path whose structure is the attention modules' peak
             doc["entries"][r.spec.key]["attention_peak_bytes"] = r.attention_peak_bytes
+            doc["entries"][r.spec.key]["softmax_mask_bytes"] = r.softmax_mask_bytes
         if r.split_convs:
             doc["entries"][r.spec.key]["split_convs"] = [list(c) for c in r.split_convs]
         if keeps_conv_inputs(r.spec):

@@ -174,8 +174,8 @@ def safe_softmax_hidden_bytes(args: Any) -> int:
     """Bytes ``aten._safe_softmax`` (the softmax of SDPA's math path) holds beyond its output while it runs: a
     boolean mask of its input's elements (``input == -inf``, one byte each), made after the softmax, beside it, and
     never returned, so no dispatch mode sees it. Measured on the CPU (``benchmarks/cpu_hidden_ops.py --math``, torch
-    2.13): 0.25x an fp32 score matrix, 0.5x a bf16 one; the math-path encodes of SD1.5 and FLUX.1 at 1280 and 1536 px
-    needed 1.12x their dry run before it was counted, that mask and the SDPA's own copies."""
+    2.13): 0.25x an fp32 score matrix (the CPU's math path computes half-precision scores in fp32 too); the
+    math-path encodes of SD1.5 and FLUX.1 at 1280 and 1536 px needed 1.12x their dry run before it was counted."""
     return args[0].numel()
 
 
@@ -218,6 +218,7 @@ class LiveBytes(TorchDispatchMode):
         self.attention_peak = 0  # peak while inside an attention module (0: none ran)
         self.onednn_peak = 0  # the peak with each op's oneDNN buffers while it runs (onednn_hidden_bytes)
         self.onednn_peak_no_amx = 0  # the same on a CPU without AMX tiles (differs in half precision only)
+        self.softmax_mask = 0  # the largest mask a math-path softmax held (safe_softmax_hidden_bytes)
         self._in_attention = 0  # depth of nested attention modules
         self._stack: list[str] = []
         self._hooks: list[Any] = []
@@ -352,6 +353,7 @@ class LiveBytes(TorchDispatchMode):
                 self.track(t)
         if func is _SAFE_SOFTMAX:
             extra = safe_softmax_hidden_bytes(args)
+            self.softmax_mask = max(self.softmax_mask, extra)
             self.bump(extra, self._stack[-1] if self._stack else "(top level)",
                       attention_extra=extra if self._in_attention else -1)
         if func is _CONVOLUTION or func is _MEAN:

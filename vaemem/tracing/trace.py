@@ -110,7 +110,8 @@ class TraceResult:
     (:func:`vaemem.estimate.conv_transient_bytes`). ``onednn_peak_bytes``: the peak with, while each op runs, what
     it holds on a CPU's oneDNN beyond its output (:func:`vaemem.tracing.counter.onednn_hidden_bytes`; a replayed
     call raises it by its first call's inner one); ``onednn_peak_bytes_no_amx`` the same on a CPU without AMX tiles
-    (equal in fp32)."""
+    (equal in fp32). ``softmax_mask_bytes``: the largest mask a math-path softmax held, counted in the peaks
+    (:func:`vaemem.tracing.counter.safe_softmax_hidden_bytes`; 0 where none ran)."""
 
     spec: TraceSpec
     peak_bytes: int
@@ -123,6 +124,7 @@ class TraceResult:
     replayed_calls: int
     onednn_peak_bytes: int
     onednn_peak_bytes_no_amx: int
+    softmax_mask_bytes: int
     wall_s: float
     torch_version: str
     diffusers_version: str
@@ -606,7 +608,7 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
                        tuple(map(tuple, split_calls)),
                        tuple(sorted(((*ident, *rec) for ident, rec in counter.convs.items()), reverse=True)),
                        replayed, int(counter.onednn_peak), int(counter.onednn_peak_no_amx),
-                       round(time.perf_counter() - t0, 3), torch.__version__,
+                       int(counter.softmax_mask), round(time.perf_counter() - t0, 3), torch.__version__,
                        diffusers.__version__)
 
 
