@@ -313,7 +313,6 @@ def test_diff_prices_the_calibrated_architectures_and_says_why_a_cell_is_na(tmp_
         if c["calibration"] == "conv2d/onednn/glibc-fixed/fp32/linux/decode/untiled":
             del c["architectures"]["flux2"]  # measured before only: the after file prices it by transfer
             del c["transfer_lines"]["flux2"]
-            del c["variants"]["flux2/math"], c["variant_transfer_lines"]["flux2/math"]  # campaign 24's
         if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled":  # never measures cogvideox
             for line in (c["class"], *c["transfer_lines"].values()):
                 line["dry_factor"] *= 1.25
@@ -326,12 +325,8 @@ def test_diff_prices_the_calibrated_architectures_and_says_why_a_cell_is_na(tmp_
             if line.startswith("│")}
     moved = {g for g, cell in rows.items() if cell.split(" -> ")[0] != cell.split(" -> ")[1]}
     transfer = "cogvideox/decode/onednn/glibc-fixed/fp32/linux/untiled"
-    # the math rows of the fp32 decoders measured fused only, which take the highest of the measured architectures'
-    # math-path lines, flux2's among them
-    by_math = {f"{a}/decode/onednn/glibc-fixed/fp32/linux/untiled/math" for a in ("cogview4", "hunyuanimage-2.1",
-                                                                                  "sana-dc-ae")}
     assert transfer in moved and all(g.startswith("sd15/") or g.startswith("flux2/decode/onednn/glibc-fixed/fp32")
-                                     or g == transfer or g in by_math for g in moved), moved
+                                     or g == transfer for g in moved), moved
     flux2 = rows["flux2/decode/onednn/glibc-fixed/fp32/linux/untiled"].split(" -> ")
     assert all(v.isdigit() for v in flux2)  # priced by both files, not "-" where one has no line of its own
     assert "sd15/decode/onednn/glibc-fixed/fp32/linux/untiled" in moved and "n/a:" not in d.output

@@ -275,22 +275,27 @@ def test_the_committed_coefficient_file_is_reproducible():
 
 
 def test_a_variant_measured_at_two_sizes_gets_lines_of_its_own_named_as_its_group(tmp_path):
-    """SD1.5's fp32 encode measured plain at three sizes and on the math attention path at two: the calibration keeps
-    the math points apart (``variants["sd15/math"]``, its transfer line beside it), the plain line is of the plain
-    points alone, and the math line is named as the math group ``load_dataset`` makes (so a line past the quality
-    bound finds its exception and the group leaves ``unfitted``). Measured at one size, the variant joins the plain
-    points."""
+    """SD1.5's fp32 encode measured plain at three sizes and on the math attention path at two where its score
+    matrices lead (1280 and 1536 px): the calibration keeps the math points apart (``variants["sd15/math"]``, its
+    transfer line beside it), the plain line is of the plain points alone, and the math line is named as the math
+    group ``load_dataset`` makes (so a line past the quality bound finds its exception and the group leaves
+    ``unfitted``). Measured at one size, the variant joins the plain points; a math-path point whose score matrices
+    do not lead (1024 px: its convolutions do) is a plain point, as the estimator prices it."""
     structures = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())["structures"]
 
     def rec(w, demand, math=False):
         r = _record("sd15", "encode", w=w, h=w, demand=demand * MIB)
         return {**r, "attention": "math", "point_key": r["point_key"] + "/math"} if math else r
     plain = [rec(256, 180), rec(384, 260), rec(512, 660)]
-    for math, want in (([rec(768, 1460, True), rec(1024, 2580, True)], {"sd15/math"}), ([rec(768, 1460, True)], set())):
+    led = [rec(1280, 6014, True), rec(1536, 12197, True)]
+    for math, want, n_plain in ((led, {"sd15/math"}, 3), (led[:1], set(), 4),
+                                ([rec(1024, 2573, True), *led], {"sd15/math"}, 4)):
         data = co.load_dataset([_write(tmp_path / "m.jsonl", plain + math)])
         (cal,) = co.calibrate(data, structures, 0.05)
         assert set(cal["variants"]) == set(cal["variant_transfer_lines"]) == want
-        assert cal["architectures"]["sd15"]["n_points"] == (3 if want else 4)
+        assert cal["architectures"]["sd15"]["n_points"] == n_plain
+        if want:
+            assert cal["variants"]["sd15/math"]["n_points"] == 2
         gids = co.line_groups(cal)
         assert set(gids) == {gid for gid in data.groups if not want or gid.endswith(("/untiled", "/math"))} - \
             ({"sd15/encode/onednn/glibc-fixed/fp32/linux/untiled/math"} if not want else set())

@@ -1369,6 +1369,34 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
     return dry, one, kdry, kone
 
 
+def _scores_lead(cs: tuple, ac: tuple, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
+                 hidden: float, terms: tuple | None = None, aterms: tuple | None = None,
+                 uterms: tuple | None = None) -> bool:
+    """Whether a math-path request's score matrices lead: its dry run with oneDNN's buffers (``hidden``, schema
+    15's rule) above the fused path's; tiled, always (a tile's attention peak is added on top). Where they do not,
+    the request is the fused one: the estimator prices it by the plain lines and the fit keeps its point with the
+    plain ones (:func:`math_path_leads`)."""
+    if t is not None:
+        return True
+    return _dry_peak(cs, ac, out, w, h, b, f, t, terms, aterms, uterms, hidden)[2] > \
+        _dry_peak(cs, None, out, w, h, b, f, t, terms, None, uterms, hidden)[2]
+
+
+def math_path_leads(structures: dict, arch: str, op: str, width: int, height: int, *, dtype: str, backend: str,
+                    batch: int = 1, frames: int = 1, tile: int | None = None, slicing: bool = False) -> bool:
+    """:func:`_scores_lead` of a request from the structures of architecture ``arch`` (False where it has no
+    math-path structure: its op holds no attention module, or nothing covers it): what the fit asks of a measured
+    math-path point, as the estimator asks of a request."""
+    s = structures.get(structure_key(arch, op, dtype, tile is not None))
+    u = structures.get(structure_key(arch, op, dtype, False))
+    a = structures.get(structure_key(arch, op, dtype, False, "math"))
+    if s is None or a is None or (slicing and batch > 1 and not (u and u.get("output_bytes_per_pixel"))):
+        return False
+    return _scores_lead(compile_structure(s), compile_structure(a),
+                        compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
+                        width, height, batch, frames, tile, onednn_hidden_factor(backend, u))
+
+
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
     """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
     base given at frame knots, linear between them and extrapolated along the last segment past the last
@@ -1906,15 +1934,12 @@ class _Plan:
         and 1024 px by its score matrices: 0.895 x dry run + 850 MiB, Wan 2.2's 256 px x 9 frames at 2.2x its
         fused price)."""
         variant = self.variant.replace("/sliced", "") if b == 1 else self.variant
-        if "/math" in variant and self.apart and self.cs is not None and self.attn is not None and t is None:
-            math_path = self.dry_runs(w, h, b, f, t)[2]
-            fused = _dry_peak(self.cs, None, self.out, w, h, b, f, t,  # type: ignore[arg-type]
-                              None if self.cs[0] else self.terms.get(f) or self.terms.setdefault(
-                                  f, frame_terms(self.cs, f)), None,
-                              None if self.up is None else self.uterms.get(f) or self.uterms.setdefault(
-                                  f, frame_terms(self.up, f)), self.hidden, True)[2]
-            if math_path <= fused:
-                variant = variant.replace("/math", "")
+        if "/math" in variant and self.apart and self.cs is not None and self.attn is not None and not _scores_lead(
+                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden,
+                None if self.cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(self.cs, f)),
+                self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(self.attn, f)),
+                None if self.up is None else self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f))):
+            variant = variant.replace("/math", "")
         return variant
 
     def own_line(self, dry: float, dry1: float, frames: int, frame_pixels: int, copy: float,
@@ -2402,8 +2427,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     if attention == "math":
         cast_note = ("; math attention path: no attention module in this op, so the same as fused"
                      if plan.attn is None else
-                     "; math attention path: its score matrices do not lead (its dry run with oneDNN's buffers is "
-                     "the fused path's), so priced as the fused request"
+                     "; math attention path: its score matrices do not lead (its dry run"
+                     + (" with oneDNN's buffers" if plan.hidden != 1 else "")
+                     + " is the fused path's), so priced by the fused request's lines"
                      if plan.kind == "calib" and "/math" not in plan.variant_at(
                          int(width), int(height), int(batch), int(frames), tile) else
                      "; math attention path: dry-run peak with its score matrices"

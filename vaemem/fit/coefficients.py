@@ -557,7 +557,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
                 continue
             cid = est.calibration_id(key, spec.kernel)
             entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
-            entry[2].setdefault(key["architecture"] + variant_of(p.point, key["op"]), []).append(
+            entry[2].setdefault(key["architecture"] + variant_of(p.point, key, structures), []).append(
                 (*row[:2], p.demand_bytes, *row[3:]))
             entry[3].add(p.torch_version)
     out = []
@@ -598,12 +598,19 @@ def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
-def variant_of(point: dict[str, Any], op: str) -> str:
+def variant_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> str:
     """The variant a measured point's request names (:func:`vaemem.estimate.variant_key`), as the estimator keys
-    it: "" for a plain one, and the math path of an ``op`` with no attention module is the fused one."""
+    it: "" for a plain one; the math path of an op with no attention module is the fused one, and so is a
+    math-path point whose score matrices do not lead (:func:`vaemem.estimate.math_path_leads`: the estimator prices
+    such a request by the plain lines, which must cover it; Wan 2.1's fp32 encode at 768 px, led by its
+    convolutions, had bent its 2-point math-path line to 0.895 x dry run + 850 MiB)."""
+    from vaemem import estimate as est
     from vaemem.models.zoo import ATTENTION_OPS
 
-    math = point.get("attention", "fused") == "math" and op in ATTENTION_OPS[point["model"]]
+    math = point.get("attention", "fused") == "math" and key["op"] in ATTENTION_OPS[point["model"]] and \
+        est.math_path_leads(structures, key["architecture"], key["op"], point["width"], point["height"],
+                            dtype=key["dtype"], backend=key["conv_backend"], batch=point["batch"],
+                            frames=point["frames"], tile=point["tile"], slicing=point.get("slicing", False))
     return variant_key("math" if math else "fused", point.get("slicing", False))
 
 

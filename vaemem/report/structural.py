@@ -106,7 +106,7 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
         for e in entries:
             row = (e[3], e[4], e[5], e[6], e[7], e[8], e[9])
             per_arch.setdefault(e[0], []).append(row)
-            per_key.setdefault(e[0] + variant_of(e[2].point, data.groups[e[1]][0]["op"]), []).append(row)
+            per_key.setdefault(e[0] + variant_of(e[2].point, data.groups[e[1]][0], structures), []).append(row)
         if len(per_arch) < 2:
             continue
         # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
