@@ -35,9 +35,9 @@ shortcut's hold beside another call's output. Wan 2.1's causal 3x3x3 convolution
 
 On the math attention path (``--math``, 2026-12-06, the AVX2 EPYC): ``aten._safe_softmax``, SDPA's softmax there,
 holds a boolean mask of its input beyond its output, one byte per score (``--math sd15 encode fp32 1024``: 256 MiB
-beyond a 1024 MiB score matrix; bf16, 0.5x), which no dispatch mode sees: the math-path encodes of SD1.5 and FLUX.1
-at 1280 and 1536 px needed 1.12x their dry run until it was counted
-(``vaemem.tracing.counter.safe_softmax_hidden_bytes``).
+beyond a 1024 MiB score matrix; in bf16 too, whose scores the CPU's math path computes in fp32), which no dispatch
+mode sees: the math-path encodes of SD1.5 and FLUX.1 at 1280 and 1536 px needed 1.12x their dry run until it was
+counted (``vaemem.tracing.counter.safe_softmax_hidden_bytes``).
 """
 
 from __future__ import annotations

@@ -507,8 +507,8 @@ ONEDNN = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed",
 def test_onednn_lines_of_different_schemas_are_refused(version):
     """The oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers), 10
     (tiled as well) and 15 (the math path's, on the fused part), and a layered document prices them by one schema:
-    an older file's oneDNN lines beside the packaged ones (a schema-9 file's tiled lines at factor 1 beside the packaged tiled lines, fitted with it: 0.63x)
-    are refused either way round, naming the layer to refit. Alone it prices, and layers of one schema layer."""
+    an older file's oneDNN lines beside the packaged ones (a schema-9 file's tiled lines at factor 1 beside the
+    packaged tiled lines, fitted with it: 0.63x) are refused either way round, naming the layer to refit. Alone it prices, and layers of one schema layer."""
     old = _older(version)
     for layers, stale in (([old, None], 1), ([None, old], 2)):
         first, then = (version, est.SCHEMA_VERSION) if stale == 1 else (est.SCHEMA_VERSION, version)

@@ -1914,17 +1914,19 @@ class _Plan:
             return whole[:3] + (floor,) + whole[4:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
 
+    def _frame_terms(self, f: int) -> tuple:
+        """The :func:`frame_terms` at ``f`` frames of the fused structure, the attention one and the second area
+        piece (None where a structure is tiled or absent), cached: a clip length is priced often."""
+        cs, ac, up = self.cs, self.attn, self.up
+        return (None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),  # type: ignore
+                None if ac is None else self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
+                None if up is None else self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(up, f)))
+
     def dry_runs(self, w: int, h: int, b: int, f: int, t: int | None) -> tuple[float, float, float, float]:
         """(dry-run peak, of one sample, the two with oneDNN's buffers) of a request this plan has a structure for
-        (:func:`_dry_peak`, with the frame terms cached)."""
-        cs, ac = self.cs, self.attn
-        return _dry_peak(cs, ac, self.out, w, h, b, f, t,  # type: ignore[arg-type]
-                         None if cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(cs, f)),
-                         None if ac is None else
-                         self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
-                         None if self.up is None else
-                         self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f)),
-                         self.hidden, self.apart)
+        (:func:`_dry_peak`)."""
+        return _dry_peak(self.cs, self.attn, self.out, w, h, b, f, t,  # type: ignore[arg-type]
+                         *self._frame_terms(f), self.hidden, self.apart)
 
     def variant_at(self, w: int, h: int, b: int, f: int, t: int | None) -> str:
         """The request's variant: a sliced batch of one is the plain request, and (from schema 15) a math-path one
@@ -1935,10 +1937,7 @@ class _Plan:
         fused price)."""
         variant = self.variant.replace("/sliced", "") if b == 1 else self.variant
         if "/math" in variant and self.apart and self.cs is not None and self.attn is not None and not _scores_lead(
-                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden,
-                None if self.cs[0] else self.terms.get(f) or self.terms.setdefault(f, frame_terms(self.cs, f)),
-                self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(self.attn, f)),
-                None if self.up is None else self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(self.up, f))):
+                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden, *self._frame_terms(f)):
             variant = variant.replace("/math", "")
         return variant
 
