@@ -348,3 +348,29 @@ def test_the_amx_xeons_earlier_half_precision_records_are_keyed_onednn_amx():
     assert co.record_conv_backend(rec("fp32", "2026-12-02T10:00:00Z")) == "onednn"
     assert co.record_conv_backend(rec("bf16", "2027-01-01T00:00:00Z")) == "onednn"
     assert co.record_conv_backend(rec("bf16", "2026-12-02T10:00:00Z", "epyc-bf16-2core")) == "onednn"
+
+
+def test_a_tiled_point_whose_tile_is_the_whole_image_is_an_untiled_point():
+    """Wan 2.2's fp32 encode at 288 and 512 px in 256 px tiles (each covers 512 px) runs the whole image as its
+    first tile and needed what the untiled runs needed (220.5 and 636.5 MiB, campaign 24): the fit takes those points
+    as untiled ones (``priced_as``), in the untiled calibration, as the estimator prices such a request; its tiles of
+    crops (768 px and 1024x768, one and five frames: campaign 27) make its tiled line. A group of whole-tile points
+    alone gets no pixel line, and says why."""
+    structures = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())["structures"]
+    m = ROOT / "measurements"
+    data = co.load_dataset([m / "epyc-avx2-2core-campaign24.jsonl", m / "epyc-avx2-2core-campaign27.jsonl"])
+    key = data.groups["wan22/encode/onednn/glibc-fixed/fp32/linux/tiled"][0]
+    whole = {"model": "wan22", "width": 512, "height": 512, "tile": 256, "frames": 1, "batch": 1}
+    point, as_key = co.priced_as(whole, key, structures)
+    assert point["tile"] is None and as_key == {**key, "tiled": False}
+    crops = {**whole, "width": 768, "height": 768}
+    assert co.priced_as(crops, key, structures) == (crops, key)
+    cals = {c["calibration"]: c for c in co.calibrate(data, structures, 0.05)}
+    assert cals["conv3d/onednn/glibc-fixed/fp32/linux/encode/untiled"]["architectures"]["wan22"]["n_points"] == 4
+    assert cals["conv3d/onednn/glibc-fixed/fp32/linux/encode/tiled"]["architectures"]["wan22"]["n_points"] == 4
+    only = co.load_dataset([m / "epyc-avx2-2core-campaign24.jsonl"])
+    from vaemem.tracing.cache import read_cache
+
+    result = co.fit_dataset(only, 0.05, {}, read_cache(ROOT / "fits" / "traces.json"))
+    (entry,) = [u for u in result.document["unfitted"] if u["group"].endswith("fp32/linux/tiled")]
+    assert entry["reason"].startswith("tiled points whose first tile is the whole image")

@@ -29,7 +29,8 @@ order:
     ``slope x pixels [+ tile_slope x tile^2] + base``);
 (b) **transfer**: the platform was measured with other architectures of the same kernel class: at this
     architecture's dry-run peak, the highest of the class's pooled line and each measured architecture's line
-    (:func:`transfer_bytes`); the estimate says whether the class's architectures agreed
+    (:func:`transfer_bytes`; a tiled request also its own untiled line there, at its tiles' dry-run peak, where
+    it has one); the estimate says whether the class's architectures agreed
     (factors within 15 %, and each, held out, covered by a transfer from the others) or the transfer is unverified. On a
     backend that holds convolution transients no dry run sees (``WEIGHT_COPY_BACKENDS``: oneDNN's copy of a
     weight, or torch's im2col buffer where oneDNN does not run the convolution, :func:`conv_transient_bytes`)
@@ -46,6 +47,10 @@ order:
     backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
+
+A **tiled request one of whose tiles is the whole image** (diffusers' loop runs it first, crops of it after: Wan
+2.2's encode, whose tiles cover twice their px) is the untiled request: its estimate x the two dry runs' ratio
+(``_Plan._as_untiled``), and the fit takes such a measured point as an untiled one.
 
 A **size-triggered split** (CogVideoX's and Mochi's 3D convolutions chunk an input of more than
 ``SPLIT_INPUT_ELEMENTS`` along time) is evaluated exactly from the convolutions the structure lists, on top of the
@@ -142,6 +147,7 @@ VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math":
 # shares one structure.
 STRUCTURE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16"}
 PLATFORM_KEYS = ("conv_backend", "allocator", "dtype", "os", "op", "tiled")
+OWN_UNTILED = "its own untiled line"  # the name transfer_bytes gives a tiled request's own untiled line: no architecture's
 AGREE_SPREAD = 1.15  # a kernel class's architectures agree when their factors differ by at most this ratio (and
 # each, held out, is covered by the line of the others: ``vaemem.fit.coefficients.held_out_uncovered``)
 # Conv backends that hold a reordered copy of a convolution's weight for the length of the call (oneDNN's blocked
@@ -1397,6 +1403,24 @@ def math_path_leads(structures: dict, arch: str, op: str, width: int, height: in
                         width, height, batch, frames, tile, onednn_hidden_factor(backend, u))
 
 
+def _whole_tile(cs: tuple, w: int, h: int, t: int) -> bool:
+    """:func:`tile_is_whole` of a compiled structure (False where it is untiled)."""
+    if not cs[0]:
+        return False
+    rows, cols = tile_sides(w, h, t, cs[3], cs[4], cs[5], cs[7])
+    return rows[0] >= h and cols[0] >= w
+
+
+def tile_is_whole(structures: dict, arch: str, op: str, width: int, height: int, tile: int, *, dtype: str) -> bool:
+    """Whether diffusers' loop over ``width`` x ``height`` px in ``tile`` px tiles runs a tile that is the whole
+    image, its first (:func:`tile_sides` under architecture ``arch``'s tiled structure: its stride rule and scale;
+    False where it has none): such a request is the untiled one (``_Plan._as_untiled``), what the fit asks of a
+    measured tiled point as the estimator asks of a request. Wan 2.2's encode cuts its patchified input, so a
+    256 px tile covers 512 px."""
+    s = structures.get(structure_key(arch, op, dtype, True))
+    return s is not None and _whole_tile(compile_structure(s), width, height, tile)
+
+
 def structure_bytes(s: dict, width: int, height: int, batch: int, frames: int, tile: int | None) -> float:
     """The dry-run peak a structure gives (bytes). Untiled: ``batch x (a x area + q x area^2 + base)`` with a, q,
     base given at frame knots, linear between them and extrapolated along the last segment past the last
@@ -1870,6 +1894,10 @@ class _Plan:
             env = floor + self.copy_at(w, h, b, f, t)
             return env + self.cast_bytes, env, None, floor, "", 0.0, None
         dry, one, kdry, kone = self.dry_runs(w, h, b, f, t)
+        if t is not None and self.whole is not None and self.tile_is_whole(w, h, t):
+            whole = self._as_untiled(w, h, b, f, dry, one)
+            if whole is not None:
+                return whole
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
             kd, k1, cp = call_dry_runs(self.calls, "fp32", self.backend, t is not None, b, w, h, f, kdry, kone)
@@ -1894,7 +1922,7 @@ class _Plan:
                     return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                     self.variant_at(w, h, b, f, t))[0])
+                                     self.variant_at(w, h, b, f, t), self.own_untiled())[0])
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             whole = self._whole(w, h, b, f, t, dry, env, measured=True)
@@ -1959,11 +1987,10 @@ class _Plan:
 
     def _whole(self, w: int, h: int, b: int, f: int, t: int, dry: float, env: int, measured: bool) -> tuple | None:
         """The untiled request's price where it caps a tiled one whose envelope is ``env`` bytes (``price``'s
-        tuple, noted "capped"): its tiles' dry-run peak ``dry`` is at most the whole image's, and that prices less;
-        or a tile of it is the whole image (:meth:`tile_is_whole`), and the untiled price scaled by the two dry runs
-        does. ``measured``: only an untiled price from the architecture's own line caps (a transfer's tiles: the
-        untiled fallback is no better evidence than the transfer). Never a price the live floor set: a lower
-        bound, not a measurement's line (HunyuanVideo 1.5's fp32 decode at 832x480 x 33 frames)."""
+        tuple, noted "capped"): its tiles' dry-run peak ``dry`` is at most the whole image's, and that prices less.
+        ``measured``: only an untiled price from the architecture's own line caps (a transfer's tiles: the untiled
+        fallback is no better evidence than the transfer). Never a price the live floor set: a lower bound, not a
+        measurement's line (HunyuanVideo 1.5's fp32 decode at 832x480 x 33 frames)."""
         u = self.whole
         if u is None or (measured and u.own is None):
             return None
@@ -1971,30 +1998,36 @@ class _Plan:
             whole = u.price(w, h, b, f, None)
         except ValueError:  # diffusers cannot run it untiled: nothing bounds the tiles
             return None
-        if whole[4] == "floored" or whole[1] >= env:
+        if whole[4] == "floored" or whole[1] >= env or dry > whole[2]:
             return None
-        if dry <= whole[2]:
-            return whole[0], whole[1], dry, 0, "capped", 0.0, None
-        if not self.tile_is_whole(w, h, t):
+        return whole[0], whole[1], dry, 0, "capped", 0.0, None
+
+    def _as_untiled(self, w: int, h: int, b: int, f: int, dry: float, one: float) -> tuple | None:
+        """A tiled request a tile of which is the whole image (:meth:`tile_is_whole`), priced as the untiled request
+        (``price``'s tuple, noted "whole"): its price x its tiles' dry-run peak ``dry`` over the whole image's. Why:
+        diffusers' loop runs the untiled op on its first tile and crops of it after, and the outputs the blend
+        keeps are in the tiled dry run (Wan 2.2's fp32 encode at 288 and 512 px in 256 px tiles, which cover 512
+        px: 220.5 and 636.5 MiB tiled and untiled alike, campaign 24); the fit takes such a point as an untiled one
+        (:func:`vaemem.fit.coefficients.priced_as`). None where diffusers cannot run it untiled, or the untiled
+        request is the fallback where the tiled one is measured (a transfer is better evidence)."""
+        u = self.whole
+        if u is None or (u.kind == "fallback" and self.kind == "calib"):
             return None
-        # a tile that is the whole image runs the untiled op; the other tiles, crops of it, run it on less, and the
-        # outputs kept for the blend and its copies are in the dry run: the untiled price x the dry runs' ratio (a
-        # line's base is never below 0). Wan 2.2's encode at 512 px in 256 px tiles (each covers 512 px, the loop
-        # steps 384): 35 KiB over the untiled dry run, which the fallback priced at 1.7x the measured untiled line
-        # (546 MiB against 321)
-        cap = int(whole[1] * dry / whole[2])
-        if cap >= env:
+        try:
+            total, env, whole_dry, floor, _, ref, _ = u.price(w, h, b, f, None)
+        except ValueError:
             return None
-        return cap + whole[0] - whole[1], cap, dry, 0, "capped", 0.0, None
+        scaled = int(env * dry / whole_dry)
+        return scaled + total - env, scaled, dry, floor, "whole", ref, one
+
+    def own_untiled(self) -> dict | None:
+        """A tiled request's architecture's own untiled line on its platform (:func:`transfer_bytes`), else None."""
+        u = self.whole
+        return None if u is None else u.own
 
     def tile_is_whole(self, w: int, h: int, t: int) -> bool:
-        """Whether diffusers' loop over a request of ``w`` x ``h`` px in ``t`` px tiles runs a tile that is the whole
-        image: its first (:func:`tile_sides` under the tiled structure's stride rule and scale)."""
-        cs = self.cs
-        if cs is None or not cs[0]:
-            return False
-        rows, cols = tile_sides(w, h, t, cs[3], cs[4], cs[5], cs[7])
-        return rows[0] >= h and cols[0] >= w
+        """:func:`tile_is_whole` of a request under this plan's tiled structure."""
+        return self.cs is not None and _whole_tile(self.cs, w, h, t)
 
     def copy_at(self, w: int, h: int, b: int, f: int, t: object) -> int:
         """The weight copy of a request (batch ``b`` per call), the fallback's with the margin: 0 where none is
@@ -2179,7 +2212,8 @@ def _live_branch(c: dict) -> dict:
 
 
 def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                   copy_bytes: float = 0, live: float | None = None, variant: str = "") -> tuple[float, str]:
+                   copy_bytes: float = 0, live: float | None = None, variant: str = "",
+                   own_untiled: dict | None = None) -> tuple[float, str]:
     """A transfer's price (the arguments of :func:`calibration_bytes`) to an architecture calibration ``calib``
     never measured, and which line set it (``"class"`` or an architecture): the highest of the class line, pooled
     over its architectures' points, and each architecture's ``transfer_lines`` entry (its points' envelope, less
@@ -2189,19 +2223,29 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     covers what lies between them. A file of schema 6 has no ``transfer_lines``: its class line alone. A request of a
     ``variant`` (:func:`variant_key`) also takes the lines of the architectures measured in it or in a part of it
     (``variant_transfer_lines``, named ``sd15/math``: :func:`variant_applies`); the plain lines are of plain points
-    (from schema 14)."""
+    (from schema 14). A tiled request of an architecture measured untiled on the platform also takes that
+    architecture's own untiled line at its tiles' dry runs (``own_untiled``, named :data:`OWN_UNTILED`): its tiles
+    run its kernels. Why: Wan 2.2's fp32 encode in 256 px tiles needs 1.30x its tiles' dry run at 768 px (640 MiB),
+    MiniMax-H3's, the class's only other tiled architecture, 1.16x; the transfer reserved 0.93x, its own untiled line
+    1.05x. Of the 15 architectures and platforms measured both ways, that line at the tiles' dry run is within
+    1.02-1.08x of the tiled demand for 10, below it for 4 (LTX-Video's bf16 decode 0.79-0.89x: its tiles hold more),
+    above it for MiniMax-H3's fp32 encode (1.08-1.35x)."""
     moved = calib.get("transfer_lines", {})
     variants = calib.get("variant_transfer_lines", {})
     lines = {"class": calib["class"], **{a: moved[a] for a in sorted(moved)},
-             **{k: variants[k] for k in sorted(variants) if variant_applies(k, variant)}}
+             **{k: variants[k] for k in sorted(variants) if variant_applies(k, variant)},
+             **({OWN_UNTILED: own_untiled} if own_untiled is not None else {})}
     return max(((calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=live), a)
                 for a, ln in lines.items()), key=lambda t: t[0])
 
 
-def transfer_line(calib: dict, name: str) -> dict:
-    """The line :func:`transfer_bytes` named ``name``: ``class``, an architecture's or a variant's."""
+def transfer_line(calib: dict, name: str, own_untiled: dict | None = None) -> dict:
+    """The line :func:`transfer_bytes` named ``name``: ``class``, an architecture's, a variant's or
+    ``own_untiled``."""
     if name == "class":
         return calib["class"]
+    if name == OWN_UNTILED:
+        return own_untiled  # type: ignore[return-value]
     return calib["variant_transfer_lines" if variant_parts(name)[1] else "transfer_lines"][name]
 
 
@@ -2420,6 +2464,15 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         return Estimate(e.bytes, e.source, e.group, e.reason + "; tiled video has no dry-run structure: priced as "
                         "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
                         e.pixels)
+    if note == "whole":  # a tile is the whole image: the untiled request's estimate, scaled and said so
+        e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                    allocator=allocator, os=os, batch=batch, frames=frames, cast=cast, attention=attention,
+                    slicing=slicing, coefficients=coefficients)
+        ratio = env / e.envelope_bytes if e.envelope_bytes else 1.0
+        return Estimate(total, e.source, e.group, f"a tile is the whole image (diffusers' loop runs it first, then "
+                        f"crops of it): the untiled request's price x {ratio:.4f}, its tiles' dry-run peak over the "
+                        f"whole image's (the outputs the blend keeps); the untiled request: {e.reason}", env,
+                        e.cast_bytes, e.floor_bytes, e.pixels)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)
     cast_note = ""
@@ -2496,8 +2549,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             plan.cast_bytes, 0, pixels)
         if note == "capped" and own is not None:  # its own untiled line bounds its own tiled one
             return Estimate(total, "measured", calib["calibration"], f"its own tiled line on this platform "
-                            f"({own['n_points']} points) prices more: " + _capped_says(plan, live, width, height,
-                                                                                      batch, frames)
+                            f"({own['n_points']} points) prices more: " + _capped_says(plan, live)
                             + cast_note, env, plan.cast_bytes, 0, pixels)
         if own is not None:
             branch = ""
@@ -2548,30 +2600,38 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                             plan.cast_bytes, 0, pixels)
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
-                            + _capped_says(plan, live, width, height, batch, frames)
+                            + _capped_says(plan, live)
                             + cast_note, env, plan.cast_bytes, 0, pixels)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
         # the line that set the price: the class line, or one architecture's where it reserves more
         top = transfer_bytes(calib, dry, one, single, px, copy, live,
-                             plan.variant_at(int(width), int(height), int(batch), int(frames), tile))[1]
-        chosen = transfer_line(calib, top)
+                             plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
+                             plan.own_untiled())[1]
+        chosen = transfer_line(calib, top, plan.own_untiled())
         line = _line_at(chosen, dry, one, single, px)[0]
         below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
                  f"there" if line is not chosen else "")
         which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
-                 else (f"{top}'s line" if not variant_parts(top)[1] else
+                 else (f"{top} on this platform ({chosen['n_points']} points) at its tiles' dry run"
+                       if top == OWN_UNTILED else f"{top}'s line" if not variant_parts(top)[1] else
                        f"the line of {variant_parts(top)[0]}'s {VARIANT_WORDS[variant_parts(top)[1]]} points")
                  + f", the highest here of the {calib['kernel']} class line of "
                    f"{', '.join(sorted(calib['architectures']))} and their own")
         if plan.amx_bound:
             which += f" on {AMX_BACKEND}"
-        reason = (f"{m['architecture']} not measured here; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
+        where = "tiled here" if top == OWN_UNTILED else "here"
+        reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _live_floor_says(chosen, dry, one, single, px, copy, live) + _line_terms(line, dry, one, single))
-        if copy:
+        seen = chosen.get("transient_seen_bytes")
+        if copy and seen is not None and copy <= seen:  # an own line fitted on the whole demand
+            reason += f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is within the {seen / MIB:.0f} MiB its " \
+                      f"points held, which the line prices"
+        elif copy:
             reason += (f" + {chosen['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, "
-                       f"{copy / MIB:.0f} MiB")
+                       + (f"{copy / MIB:.1f} MiB, less the {seen / MIB:.1f} MiB its points held" if seen else
+                          f"{copy / MIB:.0f} MiB"))
         if dry > chosen["dry_bytes_max"]:
             reason += f", {dry / chosen['dry_bytes_max']:.1f}x beyond that line's largest measured dry-run peak"
         return Estimate(total, "transfer", calib["calibration"], reason + hidden + cast_note, env, plan.cast_bytes, 0,
@@ -2583,7 +2643,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
-                        + _capped_says(plan, dry, width, height, batch, frames)
+                        + _capped_says(plan, dry)
                         + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
@@ -2605,17 +2665,12 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
-def _capped_says(plan: _Plan, dry: float, width: int, height: int, batch: int, frames: int) -> str:
+def _capped_says(plan: _Plan, dry: float) -> str:
     """What a reason says where the untiled request's price caps a tiled one (``_Plan._whole``) whose dry-run peak
     is ``dry`` bytes (live tensors)."""
     u = plan.whole
-    whole_dry = u.price(width, height, batch, frames, None)[2]  # type: ignore[union-attr]
     how = (f"measured: its own line, {u.own['n_points']} points" if u.own is not None  # type: ignore[union-attr]
            else "a transfer" if u.kind == "calib" else "the fallback")  # type: ignore[union-attr]
-    if dry > whole_dry:  # a tile is the whole image (_Plan.tile_is_whole)
-        return (f"capped at this request's untiled price ({how}) x {dry / whole_dry:.4f}, its tiles' dry-run peak "
-                f"over the whole image's ({dry / MIB:.0f} MiB): a tile is the whole image, the others crops of it, "
-                f"plus the outputs the blend keeps")
     return (f"capped at this request's untiled price ({how}), as its tiles' dry-run peak, {dry / MIB:.0f} MiB, is "
             f"below the whole image's")
 

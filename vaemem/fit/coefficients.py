@@ -219,6 +219,11 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
     for gid, (key, pts) in sorted(data.groups.items()):
         if gid in calibrated:
             continue
+        if all(priced_as(p.point, key, structures)[1] is not key for p in pts):
+            unfitted.append({**key, "group": gid, "n_points": len(pts), "reason": (
+                "tiled points whose first tile is the whole image: priced as the untiled request, by its "
+                "platform's calibration")})
+            continue
         if gid != group_id(key):
             priced = dry_of(pts[0].point, key, structures) is not None
             unfitted.append({**key, "group": gid, "n_points": len(pts), "reason": (
@@ -325,6 +330,21 @@ def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, 
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
     return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)))
+
+
+def priced_as(point: dict[str, Any], key: dict[str, Any],
+              structures: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(point, group key) of the request the estimator prices a measured point as: a tiled point one of whose tiles
+    is the whole image (:func:`vaemem.estimate.tile_is_whole`) is its untiled twin, in the untiled lines, as the
+    estimator prices such a request by the untiled request's. Why: Wan 2.2's fp32 encode at 288 and 512 px in
+    256 px tiles needs 220.5 and 636.5 MiB, as untiled; fitted as tiled points, its two-point tiled line
+    extrapolated 4x, and left out the other architecture's tiled line priced them 0.93-0.99x."""
+    from vaemem import estimate as est
+
+    if point["tile"] and est.tile_is_whole(structures, key["architecture"], key["op"], point["width"],
+                                           point["height"], point["tile"], dtype=key["dtype"]):
+        return {**point, "tile": None}, {**key, "tiled": False}
+    return point, key
 
 
 def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> tuple | None:
@@ -552,20 +572,20 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
     for gid, (key, pts) in sorted(data.groups.items()):
         spec = get_spec(pts[0].point["model"])
         for p in pts:
-            row = row_of(p.point, key, structures)
+            point, as_key = priced_as(p.point, key, structures)
+            row = row_of(point, as_key, structures)
             if row is None:
                 continue
-            cid = est.calibration_id(key, spec.kernel)
-            entry = buckets.setdefault(cid, ({k: key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
-            entry[2].setdefault(key["architecture"] + variant_of(p.point, key, structures), []).append(
+            cid = est.calibration_id(as_key, spec.kernel)
+            entry = buckets.setdefault(cid, ({k: as_key[k] for k in est.PLATFORM_KEYS}, spec.kernel, {}, set()))
+            entry[2].setdefault(key["architecture"] + variant_of(point, as_key, structures), []).append(
                 (*row[:2], p.demand_bytes, *row[3:]))
             entry[3].add(p.torch_version)
     out = []
     for cid, (platform, kernel, per_key, torches) in sorted(buckets.items()):
         copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS
         per_arch, variants = split_variants(per_key)
-        archs = {a: own_line(rows, margin, copies) for a, rows in sorted(per_arch.items())
-                 if len({r[0] for r in rows}) >= 2}
+        archs = own_lines(per_arch, margin, copies)
         if not archs:
             continue
         pooled = [r for a in archs for r in per_arch[a]]
@@ -637,6 +657,12 @@ def split_variants(per_key: dict[str, list[tuple]]) -> tuple[dict[str, list[tupl
         else:
             plain[a] += rows
     return plain, variants
+
+
+def own_lines(per_arch: dict[str, list[tuple]], margin: float, copies: bool) -> dict[str, dict[str, Any]]:
+    """Per architecture with two dry-run peaks or more: its :func:`own_line` (a calibration's ``architectures``)."""
+    return {a: own_line(rows, margin, copies) for a, rows in sorted(per_arch.items())
+            if len({r[0] for r in rows}) >= 2}
 
 
 def own_line(rows: list[tuple], margin: float, copies: bool) -> dict[str, Any]:
@@ -711,14 +737,15 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
             if len({r[0] for r in rows}) >= 2}
 
 
-def held_out_ratios(per_key: dict[str, list[tuple]], margin: float,
-                    weight_copy: bool = False) -> dict[str, list[float]]:
+def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
+                    untiled: dict[str, dict[str, Any]] | None = None) -> dict[str, list[float]]:
     """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them, keyed
     by architecture and variant as :func:`split_variants` takes them), the reservation / demand of a transfer from
     the others (the highest of their pooled line and each one's :func:`transfer_lines`, and a variant point's of
-    their lines of its variant; ``weight_copy``: with each row's convolution transient, as a transfer prices it) at
-    each of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
-    have no point in the domain, are left out)."""
+    their lines of its variant; ``weight_copy``: with each row's convolution transient, as a transfer prices it;
+    ``untiled``: per architecture, its own untiled line on the platform of a tiled class, which a tiled transfer
+    also takes) at each of its points in the calibration domain (architectures whose rest has fewer than two
+    dry-run peaks, or that have no point in the domain, are left out)."""
     out = {}
     per_arch, variants = split_variants(per_key)
     lines = transfer_lines(per_arch, margin, weight_copy)
@@ -731,7 +758,7 @@ def held_out_ratios(per_key: dict[str, list[tuple]], margin: float,
                  "transfer_lines": {b: ln for b, ln in lines.items() if b != a},
                  "variant_transfer_lines": {k: ln for k, ln in moved.items() if _arch(k) != a}}
         ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, _live(r),
-                                 variant=variant_parts(k)[1])[0] / r[2]
+                                 variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a))[0] / r[2]
                   for k, rows in sorted(per_key.items()) if _arch(k) == a for r in rows
                   if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
         if ratios:

@@ -16,8 +16,9 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_ratios, own_line, request_of, row_of,
-                                     variant_of)
+from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_ratios, own_line, own_lines,
+                                     priced_as, request_of, row_of, split_variants, variant_of)
+from vaemem.measuring.point import variant_suffix
 from vaemem.models.zoo import get_spec
 from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES, apps_bytes
 
@@ -31,16 +32,19 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
-    pixels, weight copy bytes, the live tensors' dry run): the dry runs are those the platform's lines are in
-    (:func:`vaemem.fit.coefficients.row_of`)."""
+    pixels, weight copy bytes, the live tensors' dry run, group key): the point and its group as the fit takes them
+    (:func:`vaemem.fit.coefficients.priced_as`: a tiled point whose tile is the whole image is untiled), the dry runs
+    those the platform's lines are in (:func:`vaemem.fit.coefficients.row_of`)."""
     out: dict[str, list[tuple]] = {}
-    for gid, (key, pts) in sorted(data.groups.items()):
+    for _, (key, pts) in sorted(data.groups.items()):  # in the fit's order (calibrate)
         kernel = get_spec(pts[0].point["model"]).kernel
         for p in pts:
-            r = row_of(p.point, key, structures)
+            point, as_key = priced_as(p.point, key, structures)
+            r = row_of(point, as_key, structures)
             if r is not None:
-                out.setdefault(estimate.calibration_id(key, kernel), []).append(
-                    (key["architecture"], gid, p, r[0], r[1], p.demand_bytes, *r[3:]))
+                out.setdefault(estimate.calibration_id(as_key, kernel), []).append(
+                    (key["architecture"], estimate.group_id(as_key) + variant_suffix(point), point, r[0], r[1],
+                     p.demand_bytes, *r[3:], as_key))
     return out
 
 
@@ -68,8 +72,8 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
         for e in entries:
             by_group.setdefault(e[1], []).append(e)
         for gid, rows in sorted(by_group.items()):
-            copies = data.groups[gid][0]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
-            size = lambda e: (e[2].point["width"], e[2].point["height"], e[2].point["tile"])  # noqa: E731
+            copies = rows[0][10]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
+            size = lambda e: (e[2]["width"], e[2]["height"], e[2]["tile"])  # noqa: E731
             sizes = sorted({size(e) for e in rows}, key=str)
             if len(rows) < GOAL_MIN_SIZES or len(sizes) < 2:
                 continue
@@ -100,21 +104,31 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
     """Per platform, kernel class and architecture X (2+ architectures): X priced as a transfer from the rest
     (:func:`vaemem.fit.coefficients.held_out_ratios`, which also decides whether a class agrees)."""
     out = []
-    for cid, entries in sorted(_points(data, structures).items()):
+    points = _points(data, structures)
+
+    def keyed(entries: list[tuple]) -> tuple[dict[str, list[tuple]], dict[str, list[tuple]]]:
+        """(rows per architecture, per architecture and variant, as the fit keeps them)."""
         per_arch: dict[str, list[tuple]] = {}
-        per_key: dict[str, list[tuple]] = {}  # by architecture and variant, as the fit keeps them
+        per_key: dict[str, list[tuple]] = {}
         for e in entries:
             row = (e[3], e[4], e[5], e[6], e[7], e[8], e[9])
             per_arch.setdefault(e[0], []).append(row)
-            per_key.setdefault(e[0] + variant_of(e[2].point, data.groups[e[1]][0], structures), []).append(row)
+            per_key.setdefault(e[0] + variant_of(e[2], e[10], structures), []).append(row)
+        return per_arch, per_key
+
+    for cid, entries in sorted(points.items()):
+        per_arch, per_key = keyed(entries)
         if len(per_arch) < 2:
             continue
+        copies = entries[0][10]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
+        # a tiled class: each architecture's own untiled line on the platform, which a tiled transfer also takes
+        untiled = own_lines(split_variants(keyed(points[cid[:-len("tiled")] + "untiled"])[1])[0], margin, copies) \
+            if cid.endswith("/tiled") and cid[:-len("tiled")] + "untiled" in points else {}
         # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
         factor = {a: round(statistics.median(r[2] / r[0] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS)
                            if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
                            else statistics.median(r[2] / r[0] for r in rows), 3) for a, rows in per_arch.items()}
-        copies = data.groups[entries[0][1]][0]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
-        for x, ratios in held_out_ratios(per_key, margin, copies).items():
+        for x, ratios in held_out_ratios(per_key, margin, copies, untiled).items():
             others = [factor[a] for a in per_arch if a != x]
             row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
                    **_stats(ratios), "demand_per_dry": factor[x], "others_demand_per_dry": [min(others), max(others)]}
