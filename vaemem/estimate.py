@@ -1840,7 +1840,9 @@ class _Plan:
 
     def price(self, width: object, height: object, batch: object, frames: object, tile: object) -> tuple:
         """(bytes, envelope bytes, dry-run peak or None, legacy floor, note (a pixel line's extrapolation, "capped"
-        where the untiled price caps a tiled one, "floored" where the live floor sets an own line's), the SD
+        where the untiled price caps a tiled one, "whole" where a tile is the whole image and the untiled request
+        prices it, "floored" where the live floor sets an own line's, "one sample" where a batch takes one
+        sample's price), the SD
         family's dry-run peak or 0, the dry-run peak of one sample or None) of one request; ValueError for sizes
         ``vaemem measure`` refuses. explain and working_memory_bytes both call it, so the reasoning and the number
         never part. One method on purpose: it is the hot path."""
@@ -1915,8 +1917,8 @@ class _Plan:
                 if single > env:
                     return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
                 # its own tiled line, of few points, can price above its own untiled one where the tiles hold no
-                # less (Wan 2.2's fp32 encode: its tiled points are one frame at 288 and 512 px, whose first tile
-                # is the whole image, and that line priced 640 px x 17 frames in 320 px tiles 1.09x untiled)
+                # less (in schema 15 Wan 2.2's fp32 encode, whose two tiled points then were tiles that are the
+                # whole image, priced 640 px x 17 frames in 320 px tiles 1.09x untiled)
                 whole = None if floored else self._whole(w, h, b, f, t, dry, env, measured=True)
                 if whole is not None:
                     return whole[:6] + (one,)
@@ -2017,13 +2019,17 @@ class _Plan:
             total, env, whole_dry, floor, _, ref, _ = u.price(w, h, b, f, None)
         except ValueError:
             return None
-        scaled = int(env * dry / whole_dry)
+        scaled = int(env * max(1.0, dry / whole_dry))  # never below the untiled request: campaign 24 measured both
         return scaled + total - env, scaled, dry, floor, "whole", ref, one
 
     def own_untiled(self) -> dict | None:
-        """A tiled request's architecture's own untiled line on its platform (:func:`transfer_bytes`), else None."""
+        """A tiled request's architecture's own untiled line on its platform (:func:`transfer_bytes`), else None;
+        None also where the two plans' lines are in different dry runs (the tiled one an AMX CPU's upper bound,
+        the untiled one measured without AMX: other oneDNN buffers)."""
         u = self.whole
-        return None if u is None else u.own
+        if u is None or u.amx_bound != self.amx_bound or u.hidden != self.hidden:
+            return None
+        return u.own
 
     def tile_is_whole(self, w: int, h: int, t: int) -> bool:
         """:func:`tile_is_whole` of a request under this plan's tiled structure."""
@@ -2618,10 +2624,11 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                        if top == OWN_UNTILED else f"{top}'s line" if not variant_parts(top)[1] else
                        f"the line of {variant_parts(top)[0]}'s {VARIANT_WORDS[variant_parts(top)[1]]} points")
                  + f", the highest here of the {calib['kernel']} class line of "
-                   f"{', '.join(sorted(calib['architectures']))} and their own")
+                   f"{', '.join(sorted(calib['architectures']))}, their own"
+                 + (f" and {OWN_UNTILED}" if plan.own_untiled() is not None and top != OWN_UNTILED else ""))
         if plan.amx_bound:
             which += f" on {AMX_BACKEND}"
-        where = "tiled here" if top == OWN_UNTILED else "here"
+        where = "tiled here" if plan.own_untiled() is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _live_floor_says(chosen, dry, one, single, px, copy, live) + _line_terms(line, dry, one, single))
         seen = chosen.get("transient_seen_bytes")

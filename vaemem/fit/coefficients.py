@@ -582,12 +582,16 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
                 (*row[:2], p.demand_bytes, *row[3:]))
             entry[3].add(p.torch_version)
     out = []
+    owned = {cid: own_lines(split_variants(per_key)[0], margin, platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS)
+             for cid, (platform, _, per_key, _) in buckets.items()}
     for cid, (platform, kernel, per_key, torches) in sorted(buckets.items()):
         copies = platform["conv_backend"] in est.WEIGHT_COPY_BACKENDS
         per_arch, variants = split_variants(per_key)
-        archs = own_lines(per_arch, margin, copies)
+        archs = owned[cid]
         if not archs:
             continue
+        # a tiled class's transfer also takes each architecture's own untiled line (estimate.transfer_bytes)
+        untiled = owned.get(cid[:-len("tiled")] + "untiled", {}) if cid.endswith("/tiled") else {}
         pooled = [r for a in archs for r in per_arch[a]]
         ref = statistics.median(r[0] for r in pooled)
         # each own line's factor at the class's median dry run, less the weight copy, as the class line is
@@ -595,7 +599,8 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         factors = [calibration_bytes(ln, ref, ref, False, DOMAIN_MIN_FRAME_PIXELS, live_floor=False) / ref
                    for ln in archs.values()]
         spread = max(factors) / min(factors)
-        uncovered = held_out_uncovered({k: rows for k, rows in per_key.items() if _arch(k) in archs}, margin, copies)
+        uncovered = held_out_uncovered({k: rows for k, rows in per_key.items() if _arch(k) in archs}, margin, copies,
+                                       untiled)
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
                     "variants": {k: own_line(rows, margin, copies) for k, rows in variants.items()},
@@ -766,13 +771,14 @@ def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy:
     return out
 
 
-def held_out_uncovered(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False) -> list[str]:
-    """The architectures of a class not shown covered by a transfer from the others (:func:`held_out_ratios`):
-    under-reserved at a point of the calibration domain, or with no held-out evidence (no point in the domain):
-    what a transfer to an unmeasured architecture would risk. Why a condition of agreement beside the spread: the
-    spread compares the lines at one dry-run peak, and on this CPU the fp32 conv3d encoders were within 1.10 there
-    while LTX-Video, held out, was under-reserved at 0.80 (9-frame clips of 128x128)."""
-    ratios = held_out_ratios(per_key, margin, weight_copy)
+def held_out_uncovered(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
+                       untiled: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The architectures of a class not shown covered by a transfer from the others (:func:`held_out_ratios`, with
+    ``untiled`` as there): under-reserved at a point of the calibration domain, or with no held-out evidence (no
+    point in the domain): what a transfer to an unmeasured architecture would risk. Why a condition of agreement
+    beside the spread: the spread compares the lines at one dry-run peak, and on this CPU the fp32 conv3d encoders
+    were within 1.10 there while LTX-Video, held out, was under-reserved at 0.80 (9-frame clips of 128x128)."""
+    ratios = held_out_ratios(per_key, margin, weight_copy, untiled)
     return [a for a in sorted({_arch(k) for k in per_key}) if a not in ratios or min(ratios[a]) < 1]
 
 
