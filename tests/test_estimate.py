@@ -872,6 +872,22 @@ def test_a_tiled_transfer_takes_the_architectures_own_untiled_line_at_its_tiles(
     # no own untiled line: the class line of MiniMax-H3 alone, under this demand
     e = est.explain("wan22", "encode", 768, 768, tile=256, coefficients=without(tiled, tiled[:-5] + "untiled"), **kw)
     assert e.source == "transfer" and "own untiled" not in e.reason and e.bytes < demand
+    # an own untiled line whose copy branch prices (LTX-Video's bf16 decode with AMX, taken out of the tiled class:
+    # one frame in 256 px tiles holds 10 MiB of live tensors beside its 108 MiB weight copy), said so
+    doc = json.loads(COMMITTED.read_text())
+    for c in doc["calibrations"]:
+        if c["calibration"] == "conv3d/onednn-amx/glibc-fixed/bf16/linux/decode/tiled":
+            del c["architectures"]["ltx-video"], c["transfer_lines"]["ltx-video"]
+    kw = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux", coefficients=doc)
+    e = est.explain("ltx-video", "decode", 640, 384, tile=256, **kw)
+    assert "the copy branch (the weight copy outweighs the live tensors) of its own untiled line" in e.reason
+    plan = est._plan(est._doc(doc), "ltx-video", "decode", "bf16", None, "onednn-amx", "glibc-fixed", "linux", True,
+                     "model")
+    _, live1, dry, one = plan.dry_runs(640, 384, 1, 1, 256)
+    branch = plan.own_untiled()["copy_line"]
+    assert e.envelope_bytes == int(est.calibration_bytes(branch, dry, one, True, 640 * 384,
+                                                         plan.copy_at(640, 384, 1, 1, 256), live=live1))
+    assert f"{branch['dry_factor']:.3f} x dry-run peak" in e.reason
     est.clear_cache()
 
 

@@ -2616,11 +2616,17 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                              plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
                              plan.own_untiled())[1]
         chosen = transfer_line(calib, top, plan.own_untiled())
-        line = _line_at(chosen, dry, one, single, px)[0]
-        below = (f"; frames below {chosen['domain_min_frame_pixels']} px: the line of the points measured "
-                 f"there" if line is not chosen else "")
+        branch = ""
+        if "copy_line" in chosen:  # an own untiled line: the larger of its live line and its copy branch prices
+            args = (dry, one, single, px, copy)
+            if _line_bytes(chosen["copy_line"], *args) > _line_bytes(_live_branch(chosen), *args):
+                branch = "the copy branch (the weight copy outweighs the live tensors) of "
+        priced = chosen["copy_line"] if branch else chosen
+        line = _line_at(priced, dry, one, single, px)[0]
+        below = (f"; frames below {priced['domain_min_frame_pixels']} px: the line of the points measured "
+                 f"there" if line is not priced else "")
         which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
-                 else (f"{top} on this platform ({chosen['n_points']} points) at its tiles' dry run"
+                 else (f"{branch}{top} on this platform ({chosen['n_points']} points) at its tiles' dry run"
                        if top == OWN_UNTILED else f"{top}'s line" if not variant_parts(top)[1] else
                        f"the line of {variant_parts(top)[0]}'s {VARIANT_WORDS[variant_parts(top)[1]]} points")
                  + f", the highest here of the {calib['kernel']} class line of "
@@ -2631,6 +2637,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         where = "tiled here" if plan.own_untiled() is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _live_floor_says(chosen, dry, one, single, px, copy, live) + _line_terms(line, dry, one, single))
+        chosen = priced
         seen = chosen.get("transient_seen_bytes")
         if copy and seen is not None and copy <= seen:  # an own line fitted on the whole demand
             reason += f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is within the {seen / MIB:.0f} MiB its " \
