@@ -374,3 +374,22 @@ def test_a_tiled_point_whose_tile_is_the_whole_image_is_an_untiled_point():
     result = co.fit_dataset(only, 0.05, {}, read_cache(ROOT / "fits" / "traces.json"))
     (entry,) = [u for u in result.document["unfitted"] if u["group"].endswith("fp32/linux/tiled")]
     assert entry["reason"].startswith("tiled points whose first tile is the whole image")
+
+
+def test_the_reports_points_are_grouped_as_the_fit_takes_them():
+    """The report's held-out and demand / dry-run tables group a point as the fit and the estimator take it: Wan 2.1's
+    one-frame fp32 encode on the math path (campaign 26) is a plain point at 768 px, where its convolutions lead,
+    and a math-path one at 1024 px, where its score matrices do; Wan 2.2's encodes in 256 px tiles that are the
+    whole image (campaign 24) are untiled points."""
+    from vaemem.report.structural import _points
+
+    structures = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())["structures"]
+    m = ROOT / "measurements"
+    data = co.load_dataset([m / "epyc-avx2-2core-campaign24.jsonl", m / "epyc-avx2-2core-campaign26.jsonl"])
+    entries = [e for rows in _points(data, structures).values() for e in rows]
+    gid = {(e[2]["model"], e[2]["width"], e[2].get("attention")): e[1] for e in entries}
+    assert gid[("wan21", 768, "math")] == "wan21/encode/onednn/glibc-fixed/fp32/linux/untiled"
+    assert gid[("wan21", 1024, "math")] == "wan21/encode/onednn/glibc-fixed/fp32/linux/untiled/math"
+    wan22 = [e for e in entries if e[0] == "wan22"]
+    assert len(wan22) == 4 and {e[1] for e in wan22} == {"wan22/encode/onednn/glibc-fixed/fp32/linux/untiled"}
+    assert all(e[2]["tile"] is None and not e[10]["tiled"] for e in wan22)

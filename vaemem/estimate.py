@@ -2235,7 +2235,9 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     MiniMax-H3's, the class's only other tiled architecture, 1.16x; the transfer reserved 0.93x, its own untiled line
     1.05x. Of the 15 architectures and platforms measured both ways, that line at the tiles' dry run is within
     1.02-1.08x of the tiled demand for 10, below it for 4 (LTX-Video's bf16 decode 0.79-0.89x: its tiles hold more),
-    above it for MiniMax-H3's fp32 encode (1.08-1.35x)."""
+    above it for MiniMax-H3's fp32 encode (1.08-1.35x). Its cost, out of sample (campaign 28): LTX-Video's, Wan
+    2.1's and HunyuanVideo's fp32 encodes in tiles, which the class's lines alone covered at 1.05-1.09x, it prices
+    at 1.08-1.20x."""
     moved = calib.get("transfer_lines", {})
     variants = calib.get("variant_transfer_lines", {})
     lines = {"class": calib["class"], **{a: moved[a] for a in sorted(moved)},

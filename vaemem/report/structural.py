@@ -33,8 +33,9 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
     pixels, weight copy bytes, the live tensors' dry run, group key): the point and its group as the fit takes them
-    (:func:`vaemem.fit.coefficients.priced_as`: a tiled point whose tile is the whole image is untiled), the dry runs
-    those the platform's lines are in (:func:`vaemem.fit.coefficients.row_of`)."""
+    (:func:`vaemem.fit.coefficients.priced_as`: a tiled point whose tile is the whole image is untiled;
+    :func:`vaemem.fit.coefficients.variant_of`: a math-path point whose score matrices do not lead is in its plain
+    group), the dry runs those the platform's lines are in (:func:`vaemem.fit.coefficients.row_of`)."""
     out: dict[str, list[tuple]] = {}
     for _, (key, pts) in sorted(data.groups.items()):  # in the fit's order (calibrate)
         kernel = get_spec(pts[0].point["model"]).kernel
@@ -42,9 +43,12 @@ def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]
             point, as_key = priced_as(p.point, key, structures)
             r = row_of(point, as_key, structures)
             if r is not None:
+                suffix = variant_suffix(point)
+                if "/math" in suffix and "/math" not in variant_of(point, as_key, structures):
+                    suffix = suffix.replace("/math", "")
                 out.setdefault(estimate.calibration_id(as_key, kernel), []).append(
-                    (key["architecture"], estimate.group_id(as_key) + variant_suffix(point), point, r[0], r[1],
-                     p.demand_bytes, *r[3:], as_key))
+                    (key["architecture"], estimate.group_id(as_key) + suffix, point, r[0], r[1], p.demand_bytes,
+                     *r[3:], as_key))
     return out
 
 
