@@ -68,7 +68,8 @@ def as_schema(doc: dict, version: int) -> dict:
     schema 8 no file held the onednn-amx key, so its groups and calibrations go; before 11 no structure held the
     factor of a CPU without AMX, and no own line a copy branch; before 12 no structure the live bytes at its
     convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines; before
-    15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove)."""
+    15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove); before 16 no line a flat
+    branch."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
@@ -93,4 +94,17 @@ def as_schema(doc: dict, version: int) -> dict:
         for c in doc.get("calibrations", []):
             c.pop("variants", None)
             c.pop("variant_transfer_lines", None)
+    if version < 16:
+        _drop_flat(doc)
     return doc
+
+
+def _drop_flat(node: object) -> None:
+    """Every ``flat`` branch (schema 16) under ``node``, removed in place."""
+    if isinstance(node, dict):
+        node.pop("flat", None)
+        for v in node.values():
+            _drop_flat(v)
+    elif isinstance(node, list):
+        for v in node:
+            _drop_flat(v)

@@ -407,7 +407,8 @@ def test_a_layered_list_of_dicts_is_never_served_from_another_documents_cache():
         d = copy.deepcopy(shipped)
         for c in d["calibrations"]:
             for line in [*c["architectures"].values(), c["class"]]:
-                line["base_bytes"] += extra_gib * 2**30
+                for branch in (line, line.get("flat", {"base_bytes": 0})):  # the lower of the two prices
+                    branch["base_bytes"] += extra_gib * 2**30
         got = est.working_memory_bytes("sdxl", "decode", 1024, 1024, coefficients=[d, None], **kw)
         assert got == base + extra_gib * 2**30, extra_gib
         del d
@@ -436,7 +437,7 @@ def test_layering_keeps_every_layers_variant_lines_and_only_schema_13_and_14_lay
     pool is as wide as the packaged one's and wins the class and transfer lines, yet FLUX.1 on the math path is still
     priced by SD1.5's packaged math-path line (a variant's lines are one architecture's measurement, kept from
     every layer). Files of schema 13 (their lines pool the variants) and 14 price their oneDNN lines alike and
-    layer; beside the packaged schema 15, which prices the math path's otherwise, either is refused."""
+    layer; beside the packaged schema (15 and newer), which prices the math path's otherwise, either is refused."""
     shipped = json.loads(PACKAGED.read_text())
     cid = "conv2d/onednn/glibc-fixed/fp32/linux/encode/untiled"
     mine = {**shipped, "calibrations": [{**c, "variants": {}, "variant_transfer_lines": {}}
@@ -454,7 +455,8 @@ def test_layering_keeps_every_layers_variant_lines_and_only_schema_13_and_14_lay
     assert est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "13.json",
                                                                                   tmp_path / "14.json"], **kw) \
         == fourteen
-    with pytest.raises(ValueError, match=r"hold oneDNN lines of schemas 13 and 15, .* refit layer 1"):
+    with pytest.raises(ValueError,
+                       match=rf"hold oneDNN lines of schemas 13 and {est.SCHEMA_VERSION}, .* refit layer 1"):
         est.working_memory_bytes("flux1", "encode", 1280, 1280, coefficients=[tmp_path / "13.json", None], **kw)
 
 
@@ -569,7 +571,8 @@ def test_an_older_layers_math_path_structure_never_prices_lines_of_schema_15():
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", attention="math")
     with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled/math is of "
                                          r"schema 14, whose math-path dry runs leave out the mask the softmax holds, "
-                                         r"and layer 2's lines \(schema 15\) are priced with it; refit layer 1"):
+                                         rf"and layer 2's lines \(schema {est.SCHEMA_VERSION}\) are priced with it; "
+                                         r"refit layer 1"):
         est.explain("sd15", "encode", 1536, 1536, coefficients=[old, None], **kw)
     shipped = est.explain("sd15", "encode", 1536, 1536, **kw)
     after = est.explain("sd15", "encode", 1536, 1536, coefficients=[None, old], **kw)

@@ -531,6 +531,11 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
      "calibrations[17].architectures.wan21.single_frame_factor is missing"),
     (("calibrations", 17, "class", "single_frame_bytes"), "DELETE",
      "calibrations[17].class.single_frame_bytes is missing"),
+    # a line's envelope fitted on bytes (schema 16), the lower of the two prices
+    (("calibrations", 23, "architectures", "ltx-video", "flat", "dry_factor"), -1.0,
+     "calibrations[23].architectures.ltx-video.flat.dry_factor must be a non-negative number"),
+    (("calibrations", 23, "class", "flat", "base_bytes"), "DELETE", "calibrations[23].class.flat.base_bytes is missing"),
+    (("calibrations", 23, "class", "flat"), [1.0], "calibrations[23].class.flat must be a JSON object"),
 ]
 
 
@@ -726,7 +731,7 @@ def test_weight_copy_fields_are_validated(tmp_path):
                      allocator="glibc-fixed", os="linux", coefficients=six)
     assert "conv3d class line of" in e6.reason and e6.bytes < est.explain(
         "cogvideox", "decode", 320, 192, dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed",
-        os="linux").bytes
+        os="linux", coefficients=as_schema(json.loads(json.dumps(doc)), 15)).bytes  # its lines without flat branches
     line = next(c for c in six["calibrations"]
                 if c["calibration"] == doc["calibrations"][k]["calibration"])["architectures"]["wan21"]
     assert est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 320 * 192, 10**12) == \
@@ -1123,9 +1128,12 @@ def test_a_math_path_request_is_priced_by_the_lines_of_the_points_measured_on_it
     assert est.working_memory_bytes("sd15", "encode", 1280, 1280, attention="math", slicing=True, **kw) == sd.bytes
     both = est.explain("flux1", "encode", 1024, 1024, attention="math", slicing=True, batch=2, **kw)
     assert both.bytes >= est.working_memory_bytes("flux1", "encode", 1024, 1024, attention="math", **kw)
+    novar = json.loads(COMMITTED.read_text())  # the committed lines without the variants' (flat branches kept)
+    for c in novar["calibrations"]:
+        c["variants"], c["variant_transfer_lines"] = {}, {}
     for model in ("sd15", "flux1", "hunyuanimage-2.1"):  # the variants change no plain request's price
         assert est.working_memory_bytes(model, "encode", 768, 768, **kw) == est.working_memory_bytes(
-            model, "encode", 768, 768, coefficients=plain, **kw)
+            model, "encode", 768, 768, coefficients=novar, **kw)
 
 
 def test_a_math_path_request_whose_score_matrices_do_not_lead_is_the_fused_request():

@@ -1235,3 +1235,35 @@ def test_the_structures_of_one_cache_are_derived_once_per_process_and_each_call_
     again = st.derive_all(entries, digest)
     assert again == st.derive_all(entries) and again[key]["kind"] != "changed by a caller"
     st._DERIVED.pop(digest)
+
+
+def test_a_line_whose_small_points_make_it_steep_prices_the_large_ones_by_its_flat_branch():
+    """Known answer: demand = dry run + 12 MiB at the two smallest points and + 30 MiB at the rest, as LTX-Video's
+    fp32 decode (its dry run plus a resident 12-37 MiB). Fitted on the summed reservation / demand, the small points
+    make the line steep (4/3 x dry run + 10 MiB here, through the smallest point and the third); fitted on the summed
+    reservation, it is the dry run + 30 MiB exactly. Both
+    cover every point, so the line prices the lower: the flat one at the large points (1.0x their demand without a
+    margin; the live tensors' floor of 1.05 x the dry run aside), the steep one at the smallest (where the flat one is higher). A one-frame clip of a video model keeps
+    the steep line (its few small points weigh little in bytes)."""
+    from vaemem.errors import VaememError
+    from vaemem.fit.envelope import fit_upper
+
+    dry = [d * MIB for d in (6, 12, 60, 300, 900, 1400)]
+    demand = [d + (12 if i < 2 else 30) * MIB for i, d in enumerate(dry)]
+    factor, base = fit_upper([dry, [1.0] * len(dry)], demand, objective="bytes")
+    assert factor == pytest.approx(1.0, rel=1e-9) and base == pytest.approx(30 * MIB, rel=1e-9)
+    steep, steep_base = fit_upper([dry, [1.0] * len(dry)], demand)
+    assert steep == pytest.approx(4 / 3, rel=1e-9) and steep_base == pytest.approx(10 * MIB, rel=1e-9)
+    with pytest.raises(VaememError, match="unknown envelope objective"):
+        fit_upper([dry, [1.0] * len(dry)], demand, objective="max")
+    rows = [(d, d, y, False, 512 * 512) for d, y in zip(dry, demand)]
+    line = co.calibration_line(rows, 0.0)
+    assert line["flat"]["dry_factor"] == pytest.approx(1.0, abs=1e-4) and line["dry_factor"] > 1.3
+    ratio = [est.calibration_bytes(line, d, d, False, 512 * 512, live_floor=False) / y for d, y in zip(dry, demand)]
+    assert min(ratio) >= 1 - 1e-9 and ratio[-1] == pytest.approx(1.0, abs=1e-3)
+    flat_at_small = est._terms_at(line["flat"], dry[0], dry[0], False)
+    assert est.calibration_bytes(line, dry[0], dry[0], False, 512 * 512, live_floor=False) < flat_at_small  # the steep one there
+    assert est.calibration_bytes(line, dry[-1], dry[-1], True, 512 * 512, live_floor=False) == \
+        pytest.approx(est._terms_at(line, dry[-1], dry[-1], True))  # a one-frame clip: the steep line
+    assert "its envelope fitted on bytes" in est._line_terms(line, dry[-1], dry[-1], False)
+    assert "fitted on bytes" not in est._line_terms(line, dry[-1], dry[-1], True)

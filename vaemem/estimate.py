@@ -131,7 +131,11 @@ from collections.abc import Callable, Iterator
 # runs count the boolean mask SDPA's math-path softmax holds (vaemem.tracing.counter.safe_softmax_hidden_bytes). A
 # reader of 14 would price the math path by schema 14's rule on lines fitted under this one (over, up to 1.25x); a
 # file of 14 is priced by its own rule.
-SCHEMA_VERSION = 15
+# 16: a line may carry ``flat``, the envelope of its points fitted on the summed reservation beside the one fitted on
+# the summed reservation / demand, and prices the lower of the two (but for a one-frame clip of a video model),
+# which a reader of 15 would ignore (over-pricing the large requests of a line its small points made steep, up to
+# 1.2x); a file of 15 is one of 16 without it, so it stays readable and layers with it.
+SCHEMA_VERSION = 16
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
@@ -140,7 +144,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -340,7 +344,8 @@ def _layer(docs: list) -> dict:
     # (14 kept a variant's points apart and priced the lines as 13 did: those two layer; 15 prices the math path's
     # oneDNN lines otherwise, on dry runs that count its softmax's mask)
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
-    rule = lambda v: v if v >= ATTENTION_APART_SCHEMA else min(v, RESIDENT_SCHEMA)  # noqa: E731
+    # (16 adds a flat branch, which prices no other line otherwise: it layers with 15)
+    rule = lambda v: ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA else min(v, RESIDENT_SCHEMA)  # noqa: E731
     for i in onednn[1:]:
         first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
         if rule(this) != rule(first):
@@ -499,6 +504,10 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
                  "resident_bytes", "single_frame_resident_bytes"):
         if name in line:
             _field(line, name, where, "num>=0")
+    if "flat" in line:  # from schema 16: the envelope on bytes, the lower of the two prices
+        flat = _field(line, "flat", where, "dict")
+        for name in ("dry_factor", "per_sample_factor", "base_bytes", "single_frame_factor", "single_frame_bytes"):
+            _field(flat, name, f"{where}.flat", "num>=0")
     branches = [n for n in ("resident_bytes", "single_frame_resident_bytes") if n in line]
     _need(("resident_factor" in line) == bool(branches), f"{where}.resident_factor",
           "present exactly where resident_bytes or single_frame_resident_bytes is",
@@ -2417,7 +2426,17 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
 
 
 def _affine_at(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
-    """A line's fitted terms at a request, before its resident branch, floor and small line."""
+    """A line's fitted terms at a request, before its resident branch, floor and small line: the lower of the line
+    and its ``flat`` branch where it has one (from schema 16; not for a one-frame clip of a video model:
+    :func:`vaemem.fit.coefficients._line_through`)."""
+    flat = c.get("flat")
+    if flat is not None and not single_frame:
+        return min(_terms_at(c, dry, dry1, False), _terms_at(flat, dry, dry1, False))
+    return _terms_at(c, dry, dry1, single_frame)
+
+
+def _terms_at(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
+    """One envelope's terms at a request (:func:`_affine_at`)."""
     v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
     if single_frame:
         v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
@@ -2434,7 +2453,15 @@ def _resident_at(c: dict, dry: float, single_frame: bool) -> float:
 
 
 def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
-    """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients)."""
+    """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients): its
+    ``flat`` branch's where that prices (:func:`_affine_at`)."""
+    flat = line.get("flat")
+    if flat is not None and not single_frame and _terms_at(flat, dry, dry1, False) < _terms_at(line, dry, dry1,
+                                                                                                 False):
+        terms = {**{k: v for k, v in line.items() if k != "flat"},
+                 **{n: flat[n] for n in ("dry_factor", "per_sample_factor", "base_bytes")}}
+        return ("its envelope fitted on bytes, below the one fitted on ratios here (both cover its points): "
+                + _line_terms(terms, dry, dry1, False))
     text = f"{line['dry_factor']:.3f} x dry-run peak {dry / MIB:.0f} MiB"
     if line.get("per_sample_factor"):
         text += f" + {line['per_sample_factor']:.3f} x one sample's {dry1 / MIB:.0f} MiB"

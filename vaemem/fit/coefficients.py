@@ -388,7 +388,8 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels[, weight
     copy bytes[, live tensors' dry run]]) rows (dry: the dry run the platform's lines are in, :func:`hidden_of`):
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
-    one-frame clip)``, x (1 + margin), rounded up, fitted on the rows of the domain
+    one-frame clip)``, x (1 + margin), rounded up (with its ``flat`` branch: :func:`_line_through`), fitted on the
+    rows of the domain
     (:data:`DOMAIN_MIN_FRAME_PIXELS`); the rows below it get the same envelope of their own in ``small``, which
     :func:`vaemem.estimate.calibration_bytes` applies below the domain (where fewer than two dry-run peaks lie
     on either side, every row is fitted in one line). The per-sample term is free only where the rows hold more
@@ -528,7 +529,22 @@ def _terms(rows: list[tuple]) -> tuple[bool, bool]:
 
 def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -> dict[str, Any]:
     """The envelope line of :func:`calibration_line` over ``rows``, with the margin, rounded up (``weight_copy``:
-    over what each row's weight copy leaves of its demand)."""
+    over what each row's weight copy leaves of its demand), fitted on the summed reservation / demand, with
+    ``flat``, the envelope of the same rows fitted on the summed reservation, where it differs: both cover every
+    row, so the lower of the two does (:func:`vaemem.estimate.calibration_bytes` takes it, but for a one-frame
+    clip of a video model). Why: demand a dry run plus a resident part that does not follow it (LTX-Video's fp32
+    decode: plus 12-37 MiB from 17 MiB to 1.4 GiB) gives a line steep from its small points (1.215 x dry run +
+    22 MiB) that reserved its own largest clips 1.20x and, as the highest line of its class, the other
+    architectures' large clips 1.16-1.33x (medians, left out); the flat one (1.047 x + 39 MiB) prices them. Not for a
+    one-frame clip: those few small points have little weight in bytes, and the flat line, left out, under-priced
+    HunyuanVideo's one-frame fp32 decode at 320x192 (0.986)."""
+    line = _line_of(rows, margin, weight_copy, "ratio")
+    flat = _line_of(rows, margin, weight_copy, "bytes")
+    return line if flat == line else {**line, "flat": flat}
+
+
+def _line_of(rows: list[tuple], margin: float, weight_copy: bool, objective: str) -> dict[str, Any]:
+    """:func:`_line_through`'s envelope under one objective (:func:`vaemem.fit.envelope.fit_upper`)."""
     dry, dry1, demand = ([r[i] for r in rows] for i in range(3))
     single = [1.0 if r[3] else 0.0 for r in rows]
     batched, regimes = _terms(rows)
@@ -537,7 +553,7 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     columns = {"dry_factor": dry, "per_sample_factor": dry1, "base_bytes": [1.0] * len(rows),
                "single_frame_factor": [a * s for a, s in zip(dry, single)], "single_frame_bytes": single}
     coef = dict(zip(names, fit_upper([columns[n] for n in names], demand,
-                                     [r[5] for r in rows] if weight_copy else None)))
+                                     [r[5] for r in rows] if weight_copy else None, objective)))
     line = {"dry_factor": ceil_step(coef["dry_factor"] * (1 + margin), FACTOR_STEP),
             "per_sample_factor": ceil_step(coef.get("per_sample_factor", 0.0) * (1 + margin), FACTOR_STEP),
             "base_bytes": int(ceil_step(coef["base_bytes"] * (1 + margin), BASE_STEP)),

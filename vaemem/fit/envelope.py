@@ -70,9 +70,11 @@ def fit_envelope(pixels: Sequence[float], demand: Sequence[float],
 
 
 def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
-              offset: Sequence[float] | None = None) -> list[float]:
+              offset: Sequence[float] | None = None, objective: str = "ratio") -> list[float]:
     """The same objective for any non-negative basis: coefficients ``c >= 0`` minimising
-    ``sum_i (sum_k c_k x_ki + offset_i) / d_i`` subject to ``sum_k c_k x_ki + offset_i >= d_i`` at every point,
+    ``sum_i (sum_k c_k x_ki + offset_i) / d_i`` (``objective="ratio"``: the summed reservation / demand, which the
+    small points lead) or ``sum_i sum_k c_k x_ki`` (``"bytes"``: the summed reservation, which the large points lead)
+    subject to ``sum_k c_k x_ki + offset_i >= d_i`` at every point,
     ``offset`` (bytes, default 0) a fixed part of each point's reservation that the coefficients do not scale (a
     convolution's weight copy: :func:`vaemem.fit.coefficients.calibration_line`). Columns are scaled to unit
     maximum for the solver and the coefficients scaled back. Used by the calibration
@@ -87,7 +89,10 @@ def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
         raise VaememError("an envelope needs equal-length, non-negative columns and offsets and positive demands")
     scale = np.where(a.max(axis=0) > 0, a.max(axis=0), 1.0)
     a_s, y_s = a / scale, y / y.max()
-    res = linprog((a_s / y_s[:, None]).sum(axis=0), A_ub=-a_s, b_ub=-(y - off) / y.max(),
+    if objective not in ("ratio", "bytes"):
+        raise VaememError(f"unknown envelope objective {objective!r}; choose ratio or bytes")
+    cost = (a_s / y_s[:, None]).sum(axis=0) if objective == "ratio" else a_s.sum(axis=0)
+    res = linprog(cost, A_ub=-a_s, b_ub=-(y - off) / y.max(),
                   bounds=[(0, None)] * a.shape[1], method="highs")
     if res.status != 0:
         raise VaememError(f"envelope fit failed: {res.message}")
