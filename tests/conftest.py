@@ -99,6 +99,14 @@ def as_schema(doc: dict, version: int) -> dict:
     return doc
 
 
+def scale_slope(line: dict, factor: float) -> None:
+    """A calibration line's ``dry_factor`` times ``factor``, in place, with its flat branch's (schema 16): the
+    lower of the two prices, so a line changed without its branch may price as before."""
+    for terms in (line, line.get("flat", {})):
+        if terms:
+            terms["dry_factor"] *= factor
+
+
 def _drop_flat(node: object) -> None:
     """Every ``flat`` branch (schema 16) under ``node``, removed in place."""
     if isinstance(node, dict):

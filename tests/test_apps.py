@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from vaemem import estimate as est
 from vaemem.cli import app
-from conftest import as_schema
+from conftest import as_schema, scale_slope
 
 ROOT = Path(__file__).parent.parent
 PACKAGED = ROOT / "vaemem" / "coefficients.json"
@@ -330,7 +330,8 @@ def test_a_rig_owners_fit_layered_over_the_packaged_one_wins_for_its_groups(tmp_
     shipped = json.loads(PACKAGED.read_text())
     mine = json.loads(PACKAGED.read_text())
     for c in mine["calibrations"]:
-        c["architectures"] = {a: {**ln, "dry_factor": ln["dry_factor"] * 2} for a, ln in c["architectures"].items()}
+        for ln in c["architectures"].values():
+            scale_slope(ln, 2)
     mine["calibrations"] = [c for c in mine["calibrations"] if c["op"] == "decode"]
     (tmp_path / "mine.json").write_text(json.dumps(mine))
     layered = [tmp_path / "mine.json", None]
@@ -544,7 +545,7 @@ def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_
     old = {**old, "calibrations": json.loads(json.dumps(old["calibrations"]))}  # a new dict: a used one is cached
     for c in old["calibrations"]:  # its own aten lines, 2x the packaged ones, to tell whose line priced
         for line in (c["class"], *c["architectures"].values(), *c.get("transfer_lines", {}).values()):
-            line["dry_factor"] *= 2
+            scale_slope(line, 2)
     if version < est.NO_AMX_SCHEMA:
         field = "onednn_hidden_factor" if version < 9 else "onednn_hidden_factor_no_amx"
         with pytest.raises(ValueError, match=rf"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled\S* has no "

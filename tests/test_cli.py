@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import scale_slope
+
 from vaemem.cli import app
 from vaemem.errors import VaememError
 from vaemem.fit import coefficients as co
@@ -309,13 +311,13 @@ def test_diff_prices_the_calibrated_architectures_and_says_why_a_cell_is_na(tmp_
     changed = json.loads(json.dumps(packaged))
     for c in changed["calibrations"]:
         if "sd15" in c["architectures"]:
-            c["architectures"]["sd15"]["dry_factor"] *= 1.25
+            scale_slope(c["architectures"]["sd15"], 1.25)
         if c["calibration"] == "conv2d/onednn/glibc-fixed/fp32/linux/decode/untiled":
             del c["architectures"]["flux2"]  # measured before only: the after file prices it by transfer
             del c["transfer_lines"]["flux2"]
         if c["calibration"] == "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled":  # never measures cogvideox
             for line in (c["class"], *c["transfer_lines"].values()):
-                line["dry_factor"] *= 1.25
+                scale_slope(line, 1.25)
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(packaged))
     b.write_text(json.dumps(changed))

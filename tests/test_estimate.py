@@ -536,6 +536,8 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
      "calibrations[23].architectures.ltx-video.flat.dry_factor must be a non-negative number"),
     (("calibrations", 23, "class", "flat", "base_bytes"), "DELETE", "calibrations[23].class.flat.base_bytes is missing"),
     (("calibrations", 23, "class", "flat"), [1.0], "calibrations[23].class.flat must be a JSON object"),
+    (("calibrations", 23, "class", "flat"), {"dry_factor": 0.0, "per_sample_factor": 0.0, "base_bytes": 1},
+     "calibrations[23].class.flat must be a branch that grows with the dry-run peak"),
 ]
 
 

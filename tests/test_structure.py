@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 
 import pytest
 
@@ -699,12 +700,11 @@ def test_a_tiled_request_takes_its_untiled_structures_onednn_factor():
     assert old.bytes < tiled.bytes
     # the fit: a tiled point, an untiled one and a sliced one at the untiled factor; other backends at 1
     key = dict(architecture="sd15", op="decode", dtype="fp32", conv_backend="onednn")
-    point = dict(tile=None, attention="fused", slicing=False)
     factor = doc["structures"]["sd15/decode/fp32/untiled"]["onednn_hidden_factor"]
     assert factor > 1
-    for p in (point, {**point, "slicing": True}, {**point, "tile": 256}):
-        assert co.hidden_of(p, key, doc["structures"]) == factor
-    assert co.hidden_of({**point, "tile": 256}, {**key, "conv_backend": "cudnn"}, doc["structures"]) == 1.0
+    for tiled in (False, True):  # a group's points, tiled or not, sliced or not
+        assert co.hidden_of({**key, "tiled": tiled}, doc["structures"]) == factor
+    assert co.hidden_of({**key, "tiled": True, "conv_backend": "cudnn"}, doc["structures"]) == 1.0
 
 
 def test_a_cpu_without_amx_prices_half_precision_by_its_own_factor():
@@ -729,10 +729,9 @@ def test_a_cpu_without_amx_prices_half_precision_by_its_own_factor():
     assert f"x {wan:.4g} for the buffers oneDNN's ops hold" in e.reason and "an upper bound" not in e.reason
     e = est.explain("sd15", "decode", 1024, 1024, backend="onednn", **{**kw, "dtype": "fp32"})
     assert f"x {full['onednn_hidden_factor']:.4g} for " in e.reason  # (the call peak may lead: "for oneDNN's buffers")
-    point = dict(tile=None, attention="fused", slicing=False)
     key = dict(architecture="sd15", op="decode", dtype="bf16", conv_backend="onednn")
-    assert co.hidden_of(point, key, doc["structures"]) == no_amx
-    assert co.hidden_of(point, {**key, "conv_backend": "onednn-amx"}, doc["structures"]) == amx
+    assert co.hidden_of(key, doc["structures"]) == no_amx
+    assert co.hidden_of({**key, "conv_backend": "onednn-amx"}, doc["structures"]) == amx
     assert est.onednn_hidden_factor("onednn", half, no_amx=False) == amx
     for version, name in ((10, "sd15/decode/bf16/untiled"), (11, "sd15/decode/fp32/untiled"),
                           (11, "sd15/decode/bf16/tiled")):
@@ -1267,3 +1266,29 @@ def test_a_line_whose_small_points_make_it_steep_prices_the_large_ones_by_its_fl
         pytest.approx(est._terms_at(line, dry[-1], dry[-1], True))  # a one-frame clip: the steep line
     assert "its envelope fitted on bytes" in est._line_terms(line, dry[-1], dry[-1], False)
     assert "fitted on bytes" not in est._line_terms(line, dry[-1], dry[-1], True)
+    assert set(line["flat"]) == set(est.FLAT_TERMS)  # it never prices a one-frame clip: no terms of one
+    # where its resident branch prices, the reason says so first and names the flat terms it is above
+    resident = {**line, "resident_factor": 1.0, "resident_bytes": 200 * MIB}
+    said = est._line_terms(resident, dry[-1], dry[-1], False)
+    assert said.startswith("1.00 x dry-run peak 1400 MiB + 200 MiB") and "above its envelope fitted on bytes" in said
+    # points on one line: both objectives give it, and the line carries no flat branch
+    on_line = [(d, d, 1.1 * d + 5 * MIB, False, 512 * 512) for d in dry]
+    assert "flat" not in co.calibration_line(on_line, 0.0)
+
+
+def test_a_flat_branch_is_read_from_schema_16_and_in_a_document_layered_with_it():
+    """A file of schema 15 carrying a flat branch is refused, naming it (a reader of 15 would ignore it); the
+    packaged file of 16 layered with one of 15 keeps its branches and prices as the packaged file alone."""
+    doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
+    fifteen = as_schema(json.loads(json.dumps(doc)), 15)
+    i, c = next((i, c) for i, c in enumerate(doc["calibrations"]) if "flat" in c["class"])
+    fifteen["calibrations"][i]["class"]["flat"] = dict(c["class"]["flat"])
+    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.flat must be absent in a file of "
+                                                   "schema below 16")):
+        est.validate(fifteen, "c.json")
+    kw = dict(dtype="fp32", frames=33, backend="onednn", allocator="glibc-fixed", os="linux")
+    shipped = est.explain("ltx-video", "decode", 640, 384, **kw)
+    assert "fitted on bytes" in shipped.reason
+    older = as_schema(json.loads(json.dumps(doc)), 15)
+    layered = est.explain("ltx-video", "decode", 640, 384, coefficients=[None, older], **kw)
+    assert (layered.bytes, layered.reason) == (shipped.bytes, shipped.reason)

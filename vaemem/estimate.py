@@ -14,12 +14,14 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 11) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema 16) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
 single_frame_bytes for a one-frame clip of a video model)`` over the measured points,
-one per measured architecture and one pooled over the class. A line is fitted on frames of at least
+one per measured architecture and one pooled over the class. Each is fitted on the summed reservation / demand; a
+line whose envelope fitted on the summed reservation differs carries its terms in ``flat``, and a request beyond a
+one-frame clip takes the lower of the two (both cover every point). A line is fitted on frames of at least
 ``domain_min_frame_pixels``; the points measured below that (where a CPU's resident overhead is not affine in the
 dry-run peak) get a line of their own, ``small``, which prices the requests below it. Pricing, in this declared
 order:
@@ -136,6 +138,8 @@ from collections.abc import Callable, Iterator
 # which a reader of 15 would ignore (over-pricing the large requests of a line its small points made steep, up to
 # 1.2x); a file of 15 is one of 16 without it, so it stays readable and layers with it.
 SCHEMA_VERSION = 16
+FLAT_SCHEMA = 16  # the first schema whose lines may carry a flat branch
+FLAT_TERMS = ("dry_factor", "per_sample_factor", "base_bytes")  # a flat branch's terms: it never prices one frame
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
 HIDDEN_FACTOR_SCHEMA = 9  # the first schema whose oneDNN lines are in the dry run with oneDNN's buffers
 TILED_FACTOR_SCHEMA = 10  # the first whose tiled ones are as well
@@ -485,11 +489,13 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
     return v
 
 
-def _check_line(line: dict, where: str, small: bool = False, strict: bool = False, branch: bool = False) -> None:
+def _check_line(line: dict, where: str, small: bool = False, strict: bool = False, branch: bool = False,
+                flat: bool = True) -> None:
     """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
     price are required, and ``small`` is there exactly where points below the domain were (a line that lost
     either would price silently otherwise). ``branch``: an own line's ``copy_line``, which may be flat (the
-    transient it adds grows; its live line prices the larger requests)."""
+    transient it adds grows; its live line prices the larger requests). ``flat``: whether the line may carry a
+    flat branch (:data:`FLAT_SCHEMA`), which is held to what its line is."""
     for name in ("dry_factor", "per_sample_factor", "base_bytes"):
         _field(line, name, where, "num>=0")
     _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
@@ -505,9 +511,14 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         if name in line:
             _field(line, name, where, "num>=0")
     if "flat" in line:  # from schema 16: the envelope on bytes, the lower of the two prices
-        flat = _field(line, "flat", where, "dict")
-        for name in ("dry_factor", "per_sample_factor", "base_bytes", "single_frame_factor", "single_frame_bytes"):
-            _field(flat, name, f"{where}.flat", "num>=0")
+        _need(flat, f"{where}.flat", f"absent in a file of schema below {FLAT_SCHEMA} (flat branches are new in "
+              f"schema {FLAT_SCHEMA})", "present")
+        branch_terms = _field(line, "flat", where, "dict")
+        for name in FLAT_TERMS:
+            _field(branch_terms, name, f"{where}.flat", "num>=0")
+        grows = branch_terms["dry_factor"] + branch_terms["per_sample_factor"]
+        _need(grows > 0 or small or branch, f"{where}.flat", "a branch that grows with the dry-run peak "
+              "(dry_factor + per_sample_factor above 0)", grows)
     branches = [n for n in ("resident_bytes", "single_frame_resident_bytes") if n in line]
     _need(("resident_factor" in line) == bool(branches), f"{where}.resident_factor",
           "present exactly where resident_bytes or single_frame_resident_bytes is",
@@ -519,7 +530,7 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         _need("copy_line" not in line, f"{where}.copy_line", "absent (a copy branch is an own line's)", "present")
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
-        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True)
+        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True, flat=flat)
     if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be
         # flat: past its points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
@@ -789,6 +800,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
     ids = [c.get("calibration") for c in cals if isinstance(c, dict)]
     _need(len(set(ids)) == len(ids), f"{source}: calibrations", "one entry per calibration id",
           sorted({i for i in ids if ids.count(i) > 1}))
+    flat = version >= FLAT_SCHEMA or layered  # a layered document of 15 and 16 keeps the flat branches of 16
     for i, c in enumerate(cals):
         w = f"{source}: calibrations[{i}]"
         _field(c, "calibration", w, "str")
@@ -802,8 +814,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
         _field(c, "agree", w, "bool")
         _field(c, "spread", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
-            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6)
-        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6)
+            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat)
+        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat)
         lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
         if version >= 7 or "transfer_lines" in c:  # from 7: each architecture's line as a transfer takes it
             moved = _field(c, "transfer_lines", w, "dict")
@@ -812,7 +824,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   set(moved) == set(c["architectures"]), f"{w}.transfer_lines", "one line per architecture of "
                   "architectures", sorted(moved))
             for arch, line in sorted(moved.items()):
-                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True)
+                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat)
                 _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
@@ -824,13 +836,13 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 arch, variant = variant_parts(name)
                 _need(arch in c["architectures"] and variant in VARIANT_WORDS, f"{w}.variants.{name}",
                       f"a key of architectures and one of {', '.join(VARIANT_WORDS)} (sd15/math)", name)
-                _check_line(line, f"{w}.variants.{name}", strict=True)
+                _check_line(line, f"{w}.variants.{name}", strict=True, flat=flat)
                 lines[f"variants.{name}"] = line
             moved = _field(c, "variant_transfer_lines", w, "dict")
             _need(set(moved) <= set(variants) if layered else set(moved) == set(variants),
                   f"{w}.variant_transfer_lines", "one line per entry of variants", sorted(moved))
             for name, line in sorted(moved.items()):
-                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True)
+                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True, flat=flat)
                 _need("floor_bytes" not in line, f"{w}.variant_transfer_lines.{name}.floor_bytes", "absent (a "
                       "transfer takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"variant_transfer_lines.{name}"] = line
@@ -853,7 +865,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                       f"only on an own line on {', '.join(WEIGHT_COPY_BACKENDS)} (from schema {NO_AMX_SCHEMA})",
                       "present")
                 branch = _field(line, "copy_line", f"{w}.{name}", "dict")
-                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True)
+                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True, flat=flat)
                 _need(_field(branch, "weight_copy_factor", f"{w}.{name}.copy_line", "num>=0") >= 1,
                       f"{w}.{name}.copy_line.weight_copy_factor", "at least 1 (it adds the transient)",
                       branch["weight_copy_factor"])
@@ -913,6 +925,12 @@ def platform_id(key: dict) -> str:
 
 def calibration_id(key: dict, kernel: str) -> str:
     return f"{kernel}/{platform_id(key)}"
+
+
+def untiled_twin(cid: str) -> str | None:
+    """The id of a tiled calibration's untiled one on the same platform (whose own lines a tiled transfer also
+    takes: :func:`transfer_bytes`), None for an untiled calibration."""
+    return cid[:-len("tiled")] + "untiled" if cid.endswith("/tiled") else None
 
 
 def variant_key(attention: str, slicing: bool) -> str:
@@ -2454,21 +2472,22 @@ def _resident_at(c: dict, dry: float, single_frame: bool) -> float:
 
 def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
     """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients): its
-    ``flat`` branch's where that prices (:func:`_affine_at`)."""
+    ``flat`` branch's where that is the lower (:func:`_affine_at`), and its resident branch where that is above
+    them."""
     flat = line.get("flat")
-    if flat is not None and not single_frame and _terms_at(flat, dry, dry1, False) < _terms_at(line, dry, dry1,
-                                                                                                 False):
-        terms = {**{k: v for k, v in line.items() if k != "flat"},
-                 **{n: flat[n] for n in ("dry_factor", "per_sample_factor", "base_bytes")}}
-        return ("its envelope fitted on bytes, below the one fitted on ratios here (both cover its points): "
-                + _line_terms(terms, dry, dry1, False))
-    text = f"{line['dry_factor']:.3f} x dry-run peak {dry / MIB:.0f} MiB"
-    if line.get("per_sample_factor"):
-        text += f" + {line['per_sample_factor']:.3f} x one sample's {dry1 / MIB:.0f} MiB"
+    by_bytes = (flat is not None and not single_frame
+                and _terms_at(flat, dry, dry1, False) < _terms_at(line, dry, dry1, False))
+    terms = flat if by_bytes else line
+    text = f"{terms['dry_factor']:.3f} x dry-run peak {dry / MIB:.0f} MiB"
+    if terms.get("per_sample_factor"):
+        text += f" + {terms['per_sample_factor']:.3f} x one sample's {dry1 / MIB:.0f} MiB"
     if single_frame and (line.get("single_frame_factor") or line.get("single_frame_bytes")):
         text += (f" + one-frame clip {line.get('single_frame_factor', 0.0):.3f} x dry-run peak + "
                  f"{line.get('single_frame_bytes', 0) / MIB:.0f} MiB")
-    text += f" + {line['base_bytes'] / MIB:.0f} MiB"
+    text += f" + {terms['base_bytes'] / MIB:.0f} MiB"
+    if by_bytes:
+        text = ("its envelope fitted on bytes, below the one fitted on ratios here (both cover its points): "
+                + text)
     resident = _resident_at(line, dry, single_frame)
     if resident > _affine_at(line, dry, dry1, single_frame):
         text = (f"{line['resident_factor']:.2f} x dry-run peak {dry / MIB:.0f} MiB + "

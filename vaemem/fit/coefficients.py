@@ -21,8 +21,8 @@ from typing import Any
 
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
-from vaemem.estimate import (AMX_BACKEND, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id, transfer_bytes,
-                             variant_key, variant_parts)
+from vaemem.estimate import (AMX_BACKEND, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id,
+                             transfer_bytes, variant_key, variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -322,10 +322,11 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
-def hidden_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any]) -> float:
-    """The factor from a measured point's dry-run peak to the one its platform's lines are in
-    (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; a tiled
-    point takes its untiled structure's; a math-path point's attention peak takes none, :func:`dry_of`)."""
+def hidden_of(key: dict[str, Any], structures: dict[str, Any]) -> float:
+    """The factor from the dry-run peak of a point of group ``key`` to the one its platform's lines are in
+    (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; every
+    point of the group takes its untiled structure's, a tiled or sliced one too; a math-path point's attention peak
+    takes none, :func:`dry_of`)."""
     from vaemem import estimate as est
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
@@ -359,7 +360,7 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     d = dry_of(point, key, structures)
     if d is None:
         return None
-    kd = dry_of(point, key, structures, hidden_of(point, key, structures))
+    kd = dry_of(point, key, structures, hidden_of(key, structures))
     q = point
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
@@ -530,8 +531,8 @@ def _terms(rows: list[tuple]) -> tuple[bool, bool]:
 def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -> dict[str, Any]:
     """The envelope line of :func:`calibration_line` over ``rows``, with the margin, rounded up (``weight_copy``:
     over what each row's weight copy leaves of its demand), fitted on the summed reservation / demand, with
-    ``flat``, the envelope of the same rows fitted on the summed reservation, where it differs: both cover every
-    row, so the lower of the two does (:func:`vaemem.estimate.calibration_bytes` takes it, but for a one-frame
+    ``flat``, the terms of the envelope of the same rows fitted on the summed reservation
+    (:data:`vaemem.estimate.FLAT_TERMS`), where they differ: both cover every row, so the lower of the two does (:func:`vaemem.estimate.calibration_bytes` takes it, but for a one-frame
     clip of a video model). Why: demand a dry run plus a resident part that does not follow it (LTX-Video's fp32
     decode: plus 12-37 MiB from 17 MiB to 1.4 GiB) gives a line steep from its small points (1.215 x dry run +
     22 MiB) that reserved its own largest clips 1.20x and, as the highest line of its class, the other
@@ -539,8 +540,9 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     one-frame clip: those few small points have little weight in bytes, and the flat line, left out, under-priced
     HunyuanVideo's one-frame fp32 decode at 320x192 (0.986)."""
     line = _line_of(rows, margin, weight_copy, "ratio")
-    flat = _line_of(rows, margin, weight_copy, "bytes")
-    return line if flat == line else {**line, "flat": flat}
+    # the flat branch prices only beyond a one-frame clip: its terms there, and none where they are the line's
+    flat = {n: v for n, v in _line_of(rows, margin, weight_copy, "bytes").items() if n in FLAT_TERMS}
+    return line if all(flat[n] == line[n] for n in FLAT_TERMS) else {**line, "flat": flat}
 
 
 def _line_of(rows: list[tuple], margin: float, weight_copy: bool, objective: str) -> dict[str, Any]:
@@ -607,7 +609,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         if not archs:
             continue
         # a tiled class's transfer also takes each architecture's own untiled line (estimate.transfer_bytes)
-        untiled = owned.get(cid[:-len("tiled")] + "untiled", {}) if cid.endswith("/tiled") else {}
+        untiled = owned.get(est.untiled_twin(cid), {})
         pooled = [r for a in archs for r in per_arch[a]]
         ref = statistics.median(r[0] for r in pooled)
         # each own line's factor at the class's median dry run, less the weight copy, as the class line is

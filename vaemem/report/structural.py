@@ -32,7 +32,7 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
-    pixels, weight copy bytes, the live tensors' dry run, group key): the point and its group as the fit takes them
+    pixels, weight copy bytes, the live tensors' dry run, group key, variant as the fit keys it): the point and its group as the fit takes them
     (:func:`vaemem.fit.coefficients.priced_as`: a tiled point whose tile is the whole image is untiled;
     :func:`vaemem.fit.coefficients.variant_of`: a math-path point whose score matrices do not lead is in its plain
     group), the dry runs those the platform's lines are in (:func:`vaemem.fit.coefficients.row_of`)."""
@@ -43,12 +43,12 @@ def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]
             point, as_key = priced_as(p.point, key, structures)
             r = row_of(point, as_key, structures)
             if r is not None:
-                suffix = variant_suffix(point)
-                if "/math" in suffix and "/math" not in variant_of(point, as_key, structures):
+                variant, suffix = variant_of(point, as_key, structures), variant_suffix(point)
+                if "/math" in suffix and "/math" not in variant:
                     suffix = suffix.replace("/math", "")
                 out.setdefault(estimate.calibration_id(as_key, kernel), []).append(
                     (key["architecture"], estimate.group_id(as_key) + suffix, point, r[0], r[1], p.demand_bytes,
-                     *r[3:], as_key))
+                     *r[3:], as_key, variant))
     return out
 
 
@@ -117,7 +117,7 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
         for e in entries:
             row = (e[3], e[4], e[5], e[6], e[7], e[8], e[9])
             per_arch.setdefault(e[0], []).append(row)
-            per_key.setdefault(e[0] + variant_of(e[2], e[10], structures), []).append(row)
+            per_key.setdefault(e[0] + e[11], []).append(row)
         return per_arch, per_key
 
     for cid, entries in sorted(points.items()):
@@ -126,8 +126,8 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
             continue
         copies = entries[0][10]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
         # a tiled class: each architecture's own untiled line on the platform, which a tiled transfer also takes
-        untiled = own_lines(split_variants(keyed(points[cid[:-len("tiled")] + "untiled"])[1])[0], margin, copies) \
-            if cid.endswith("/tiled") and cid[:-len("tiled")] + "untiled" in points else {}
+        twin = estimate.untiled_twin(cid)
+        untiled = own_lines(split_variants(keyed(points[twin])[1])[0], margin, copies) if twin in points else {}
         # why a listed one is: its own demand / dry run against the others' (medians over the domain's points)
         factor = {a: round(statistics.median(r[2] / r[0] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS)
                            if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
