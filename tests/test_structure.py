@@ -588,7 +588,8 @@ def test_a_class_whose_held_out_architecture_is_under_reserved_does_not_agree(tm
     # one size), so the report lists it as under without calling its factor higher
     from vaemem.report.structural import _listed
 
-    assert [(_listed(r), r["demand_per_dry"]) for r in rows if r["architecture"] == "flux1"] == [("under", 1.338)]
+    assert [(_listed(r), r["demand_per_dry"]) for r in rows if r["architecture"] == "flux1"] == [
+        ("under: at its lowest priced by the class line", 1.338)]  # the pooled line, above each one's here
     (fine,) = co.calibrate(_data(tmp_path, [r for r in recs if r["model"] != "flux1"]), STRUCTS, margin=0.05)
     assert fine["agree"]
     small = [_record(a, w, f * bpp * w * w + 30 * MIB) for a, f, bpp, _ in lines[:2] for w in (64, 96)]
@@ -991,6 +992,12 @@ def test_a_pooled_line_on_a_weight_copying_backend_transfers_an_architectures_co
     assert 1.0 <= min(copied["big-copy"]) and max(copied["big-copy"]) <= 1.2
     assert min(copied["small-copy"]) >= 1.0
     assert co.held_out_uncovered(rows, 0.05) == ["big-copy"] and co.held_out_uncovered(rows, 0.05, True) == []
+    # the evidence a listed row's reason reads: the line that priced each point and the share the copy added
+    prices = co.held_out_prices(rows, 0.05, weight_copy=True)["big-copy"]
+    assert [p[0] for p in prices] == copied["big-copy"] and {p[1] for p in prices} <= {"class", "small-copy"}
+    demand = [r[2] for r in rows["big-copy"]]
+    assert [p[2] for p in prices] == pytest.approx([1.05 * 432 * MIB / (p[0] * d) for p, d in zip(prices, demand)])
+    assert {p[2] for p in co.held_out_prices(rows, 0.05)["big-copy"]} == {0.0}  # no copy priced: none added
     line = co.calibration_line([r for rs in rows.values() for r in rs], 0.05, weight_copy=True)
     assert line["weight_copy_factor"] == 1.05
     assert est.calibration_bytes(line, 100 * MIB, 100 * MIB, False, 256 * 256, 432 * MIB) == pytest.approx(

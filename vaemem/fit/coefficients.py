@@ -762,13 +762,22 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
 
 def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
                     untiled: dict[str, dict[str, Any]] | None = None) -> dict[str, list[float]]:
+    """Leave one architecture out: per architecture, the reservation / demand at each of its points in the
+    calibration domain (:func:`held_out_prices`, whose arguments these are)."""
+    return {a: [p[0] for p in prices] for a, prices in held_out_prices(per_key, margin, weight_copy, untiled).items()}
+
+
+def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
+                    untiled: dict[str, dict[str, Any]] | None = None) -> dict[str, list[tuple[float, str, float]]]:
     """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them, keyed
-    by architecture and variant as :func:`split_variants` takes them), the reservation / demand of a transfer from
-    the others (the highest of their pooled line and each one's :func:`transfer_lines`, and a variant point's of
-    their lines of its variant; ``weight_copy``: with each row's convolution transient, as a transfer prices it;
-    ``untiled``: per architecture, its own untiled line on the platform of a tiled class, which a tiled transfer
-    also takes) at each of its points in the calibration domain (architectures whose rest has fewer than two
-    dry-run peaks, or that have no point in the domain, are left out)."""
+    by architecture and variant as :func:`split_variants` takes them), a transfer from the others (the highest of
+    their pooled line and each one's :func:`transfer_lines`, and a variant point's of their lines of its variant;
+    ``weight_copy``: with each row's convolution transient, as a transfer prices it; ``untiled``: per
+    architecture, its own untiled line on the platform of a tiled class, which a tiled transfer also takes) at each
+    of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
+    have no point in the domain, are left out): (reservation / demand, the line that set it as
+    :func:`vaemem.estimate.transfer_bytes` names it, the share of the reservation the weight copy added), the
+    evidence a listed row's reason is read from."""
     out = {}
     per_arch, variants = split_variants(per_key)
     lines = transfer_lines(per_arch, margin, weight_copy)
@@ -780,12 +789,20 @@ def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy:
         calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy),
                  "transfer_lines": {b: ln for b, ln in lines.items() if b != a},
                  "variant_transfer_lines": {k: ln for k, ln in moved.items() if _arch(k) != a}}
-        ratios = [transfer_bytes(calib, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, _live(r),
-                                 variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a))[0] / r[2]
-                  for k, rows in sorted(per_key.items()) if _arch(k) == a for r in rows
-                  if r[4] >= DOMAIN_MIN_FRAME_PIXELS]
-        if ratios:
-            out[a] = ratios
+        prices = []
+        for k, rows in sorted(per_key.items()):
+            if _arch(k) != a:
+                continue
+            for r in rows:
+                if r[4] < DOMAIN_MIN_FRAME_PIXELS:
+                    continue
+                args = (r[0], r[1], bool(r[3]), r[4])
+                kw = dict(live=_live(r), variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a))
+                total, name = transfer_bytes(calib, *args, r[5] if weight_copy else 0, **kw)
+                bare = transfer_bytes(calib, *args, 0, **kw)[0] if weight_copy and r[5] else total
+                prices.append((total / r[2], name, (total - bare) / total))
+        if prices:
+            out[a] = prices
     return out
 
 

@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_ratios, own_line, own_lines,
+from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_prices, own_line, own_lines,
                                      priced_as, request_of, row_of, split_variants, variant_of)
 from vaemem.measuring.point import variant_suffix
 from vaemem.models.zoo import get_spec
@@ -132,11 +132,16 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
         factor = {a: round(statistics.median(r[2] / r[0] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS)
                            if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
                            else statistics.median(r[2] / r[0] for r in rows), 3) for a, rows in per_arch.items()}
-        for x, ratios in held_out_ratios(per_key, margin, copies, untiled).items():
+        for x, prices in held_out_prices(per_key, margin, copies, untiled).items():
             others = [factor[a] for a in per_arch if a != x]
             row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
-                   **_stats(ratios), "demand_per_dry": factor[x], "others_demand_per_dry": [min(others), max(others)]}
+                   **_stats([p[0] for p in prices]), "demand_per_dry": factor[x],
+                   "others_demand_per_dry": [min(others), max(others)]}
             row["listed"] = row["under"] > 0 or row["max"] > LOAO_LIST
+            # the point that lists it (its lowest where under, else its highest): which line priced it, and the
+            # share of that price the weight copy added
+            worst = min(prices) if row["under"] else max(prices)
+            row["worst_line"], row["worst_copy_share"] = worst[1], round(worst[2], 3)
             out.append(row)
     return out
 
@@ -246,8 +251,15 @@ def _listed(r: dict[str, Any]) -> str:
         return ""
     lo, hi = r["others_demand_per_dry"]
     if r["under"]:
-        return "under: its demand / dry above the others'" if r["demand_per_dry"] > hi else "under"
-    return "over: its demand / dry below the others'" if r["demand_per_dry"] < lo else "over"
+        why = ["its demand / dry above the others'"] if r["demand_per_dry"] > hi else []
+    else:
+        why = ["its demand / dry below the others'"] if r["demand_per_dry"] < lo else []
+    line = r["worst_line"]
+    why.append(f"{'at its lowest' if r['under'] else 'at its highest'} priced by "
+               + ("the class line" if line == "class" else line if line == estimate.OWN_UNTILED else f"{line}'s line"))
+    if r["worst_copy_share"] >= 0.1:  # a weight copy that is a tenth of the price or more: say so
+        why.append(f"{r['worst_copy_share']:.0%} of it the weight copy")
+    return f"{'under' if r['under'] else 'over'}: " + ", ".join(why)
 
 
 def markdown(s: dict[str, Any]) -> str:
