@@ -538,6 +538,9 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
     (("calibrations", 23, "class", "flat"), [1.0], "calibrations[23].class.flat must be a JSON object"),
     (("calibrations", 23, "class", "flat"), {"dry_factor": 0.0, "per_sample_factor": 0.0, "base_bytes": 1},
      "calibrations[23].class.flat must be a branch that grows with the dry-run peak"),
+    (("calibrations", 23, "class", "flat", "resident_bytes"), 5,
+     "calibrations[23].class.flat must be only the terms dry_factor, per_sample_factor, base_bytes, got "
+     "'resident_bytes'"),
 ]
 
 
@@ -588,6 +591,7 @@ def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
     assert big > line["dry_bytes_max"] and \
         f"{big / line['dry_bytes_max']:.1f}x beyond that line's largest measured dry-run peak" in far.reason
     assert ("beyond" in e.reason) == (top_dry > chosen["dry_bytes_max"])
+    assert [est._times(r) for r in (1.004, 1.04, 2.34)] == ["just", "1.04x", "2.3x"]  # not "1.0x beyond"
     assert est.conv_transient_bytes(doc["models"]["cogvideox"], s, "decode", "bf16", "onednn", 320, 192, 1, 9,
                                     False) == LARGEST_CONV_PARAMETERS["cogvideox"]["decode"] * 2
     assert all("weight_copy_factor" not in c["class"] for c in doc["calibrations"] if c["conv_backend"] == "aten")

@@ -516,6 +516,8 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         branch_terms = _field(line, "flat", where, "dict")
         for name in FLAT_TERMS:
             _field(branch_terms, name, f"{where}.flat", "num>=0")
+        extra = sorted(set(branch_terms) - set(FLAT_TERMS))
+        _need(not extra, f"{where}.flat", f"only the terms {', '.join(FLAT_TERMS)}", ", ".join(extra))
         grows = branch_terms["dry_factor"] + branch_terms["per_sample_factor"]
         _need(grows > 0 or small or branch, f"{where}.flat", "a branch that grows with the dry-run peak "
               "(dry_factor + per_sample_factor above 0)", grows)
@@ -713,7 +715,7 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to 11) field by field and index it for pricing. Raises ValueError
+    """Check a coefficient document (schema 3 to SCHEMA_VERSION) field by field and index it for pricing. Raises ValueError
     naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
     slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
@@ -2274,6 +2276,12 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
                 for a, ln in lines.items()), key=lambda t: t[0])
 
 
+def _times(ratio: float) -> str:
+    """How far beyond a line's largest dry-run peak (a ratio above 1) for a reason: "just" within 1 %, two
+    decimals below 1.1 (1.04x, where one would read 1.0x), else one."""
+    return "just" if ratio < 1.01 else f"{ratio:.2f}x" if ratio < 1.1 else f"{ratio:.1f}x"
+
+
 def transfer_line(calib: dict, name: str, own_untiled: dict | None = None) -> dict:
     """The line :func:`transfer_bytes` named ``name``: ``class``, an architecture's, a variant's or
     ``own_untiled``."""
@@ -2649,7 +2657,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             elif copy:
                 reason += f" + {own['weight_copy_factor']:.2f} x {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB"
             if dry > line["dry_bytes_max"]:
-                reason += f", {dry / line['dry_bytes_max']:.1f}x beyond its largest measured dry-run peak"
+                reason += f", {_times(dry / line['dry_bytes_max'])} beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + hidden + cast_note, env,
                             plan.cast_bytes, 0, pixels)
         if note == "capped":  # its own untiled line bounds a transfer's tiles
@@ -2695,7 +2703,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                        + (f"{copy / MIB:.1f} MiB, less the {seen / MIB:.1f} MiB its points held" if seen else
                           f"{copy / MIB:.0f} MiB"))
         if dry > chosen["dry_bytes_max"]:
-            reason += f", {dry / chosen['dry_bytes_max']:.1f}x beyond that line's largest measured dry-run peak"
+            reason += f", {_times(dry / chosen['dry_bytes_max'])} beyond that line's largest measured dry-run peak"
         return Estimate(total, "transfer", calib["calibration"], reason + hidden + cast_note, env, plan.cast_bytes, 0,
                         pixels)
     if plan.kind == "pixel":

@@ -22,7 +22,7 @@ from typing import Any
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
 from vaemem.estimate import (AMX_BACKEND, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id,
-                             transfer_bytes, variant_key, variant_parts)
+                             transfer_bytes, transfer_line, variant_key, variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -542,7 +542,11 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     line = _line_of(rows, margin, weight_copy, "ratio")
     # the flat branch prices only beyond a one-frame clip: its terms there, and none where they are the line's
     flat = {n: v for n, v in _line_of(rows, margin, weight_copy, "bytes").items() if n in FLAT_TERMS}
-    return line if all(flat[n] == line[n] for n in FLAT_TERMS) else {**line, "flat": flat}
+    # none where it is the line, nor where it does not grow with the dry run (a constant would cap every larger
+    # request at its points' largest price; the reader refuses it)
+    if all(flat[n] == line[n] for n in FLAT_TERMS) or flat["dry_factor"] + flat["per_sample_factor"] <= 0:
+        return line
+    return {**line, "flat": flat}
 
 
 def _line_of(rows: list[tuple], margin: float, weight_copy: bool, objective: str) -> dict[str, Any]:
@@ -776,8 +780,8 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
     architecture, its own untiled line on the platform of a tiled class, which a tiled transfer also takes) at each
     of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
     have no point in the domain, are left out): (reservation / demand, the line that set it as
-    :func:`vaemem.estimate.transfer_bytes` names it, the share of the reservation the weight copy added), the
-    evidence a listed row's reason is read from."""
+    :func:`vaemem.estimate.transfer_bytes` names it, the share of the reservation the weight copy added on that
+    line), the evidence a listed row's reason is read from."""
     out = {}
     per_arch, variants = split_variants(per_key)
     lines = transfer_lines(per_arch, margin, weight_copy)
@@ -799,7 +803,9 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
                 args = (r[0], r[1], bool(r[3]), r[4])
                 kw = dict(live=_live(r), variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a))
                 total, name = transfer_bytes(calib, *args, r[5] if weight_copy else 0, **kw)
-                bare = transfer_bytes(calib, *args, 0, **kw)[0] if weight_copy and r[5] else total
+                # the copy's share of the line that priced it (its price there without the copy)
+                bare = calibration_bytes(transfer_line(calib, name, kw["own_untiled"]), *args, 0, live=kw["live"]) \
+                    if weight_copy and r[5] else total
                 prices.append((total / r[2], name, (total - bare) / total))
         if prices:
             out[a] = prices

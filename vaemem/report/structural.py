@@ -106,7 +106,7 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
 
 def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin: float) -> list[dict[str, Any]]:
     """Per platform, kernel class and architecture X (2+ architectures): X priced as a transfer from the rest
-    (:func:`vaemem.fit.coefficients.held_out_ratios`, which also decides whether a class agrees)."""
+    (:func:`vaemem.fit.coefficients.held_out_prices`, whose ratios also decide whether a class agrees)."""
     out = []
     points = _points(data, structures)
 
@@ -245,8 +245,21 @@ def _f(s: dict[str, Any] | None) -> str:
     return f"{under}{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"
 
 
+def _line_named(name: str) -> str:
+    """A transfer line as :func:`vaemem.estimate.transfer_bytes` names it, in the estimator's words. A class line
+    that ties an architecture's (with two architectures left, the higher one's) is named the class line."""
+    if name == "class":
+        return "the class line"
+    if name == estimate.OWN_UNTILED:
+        return name
+    arch, variant = estimate.variant_parts(name)
+    return f"the line of {arch}'s {estimate.VARIANT_WORDS[variant]} points" if variant else f"{arch}'s line"
+
+
 def _listed(r: dict[str, Any]) -> str:
-    """The listed column of a leave-one-architecture-out row: why, from its demand / dry run against the others'."""
+    """The listed column of a leave-one-architecture-out row: why, from its demand / dry run against the others',
+    the line that priced its lowest point (under) or its highest (over), and the share of that price the weight
+    copy added where it is a tenth or more."""
     if not r["listed"]:
         return ""
     lo, hi = r["others_demand_per_dry"]
@@ -254,9 +267,7 @@ def _listed(r: dict[str, Any]) -> str:
         why = ["its demand / dry above the others'"] if r["demand_per_dry"] > hi else []
     else:
         why = ["its demand / dry below the others'"] if r["demand_per_dry"] < lo else []
-    line = r["worst_line"]
-    why.append(f"{'at its lowest' if r['under'] else 'at its highest'} priced by "
-               + ("the class line" if line == "class" else line if line == estimate.OWN_UNTILED else f"{line}'s line"))
+    why.append(f"{'at its lowest' if r['under'] else 'at its highest'} priced by {_line_named(r['worst_line'])}")
     if r["worst_copy_share"] >= 0.1:  # a weight copy that is a tenth of the price or more: say so
         why.append(f"{r['worst_copy_share']:.0%} of it the weight copy")
     return f"{'under' if r['under'] else 'over'}: " + ", ".join(why)
