@@ -1004,6 +1004,32 @@ def test_a_held_out_point_names_the_line_that_priced_it():
     assert _line_named(est.OWN_UNTILED) == "its own untiled line"
 
 
+def test_an_untiled_transfer_is_never_below_the_dry_run_its_lines_are_in():
+    """Known answer: a and b need 0.8x and 0.9x their dry run (as the bf16 encoders without AMX, whose dry run with
+    oneDNN's buffers over-states them), x never measured needs 1.01x (CogVideoX's, campaign 30). Their lines price x
+    at 0.9 x 1.05 / 1.01 = 0.936 of its demand; untiled, a transfer is never below 1.05 x the dry run: 1.05 / 1.01.
+    A tiled class keeps the floor of the live tensors (here the dry run's fifth)."""
+    dry = [d * MIB for d in (20, 60, 150, 400)]
+    rows = {"a": [(d, d, 0.8 * d, False, 256 * 256, 0, d / 5) for d in dry],
+            "b": [(d, d, 0.9 * d, False, 256 * 256, 0, d / 5) for d in dry],
+            "x": [(d, d, 1.01 * d, False, 256 * 256, 0, d / 5) for d in dry]}
+    untiled = co.held_out_prices(rows, 0.05)["x"]
+    assert [p[0] for p in untiled] == pytest.approx([1.05 / 1.01] * 4, rel=1e-9)
+    tiled = co.held_out_ratios(rows, 0.05, tiled=True)["x"]
+    assert tiled == pytest.approx([1.05 * 0.9 / 1.01] * 4, rel=1e-3)
+    assert co.held_out_uncovered(rows, 0.05) == [] and co.held_out_uncovered(rows, 0.05, tiled=True) == ["x"]
+    calib = {"class": co.calibration_line(rows["a"] + rows["b"], 0.05),
+             "transfer_lines": co.transfer_lines({"a": rows["a"], "b": rows["b"]}, 0.05, False)}
+    d = 1000 * MIB
+    assert est.transfer_bytes(calib, d, d, False, 512 * 512, 0, d / 5, untiled=True)[0] == pytest.approx(1.05 * d)
+    assert est.transfer_bytes(calib, d, d, False, 512 * 512, 0, d / 5)[0] == pytest.approx(0.945 * d, rel=1e-3)
+    # the shipped file: CogVideoX's bf16 encode without AMX, one point (no line of its own), 1065.1 MiB measured
+    kw = dict(dtype="bf16", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    e = est.explain("cogvideox", "encode", 320, 192, **kw)
+    assert e.source == "transfer" and e.bytes >= 1065.1 * MIB
+    assert "(a transfer never prices less: the architectures measured need less than their dry run" in e.reason
+
+
 def test_a_pooled_line_on_a_weight_copying_backend_transfers_an_architectures_copy():
     """Two architectures with demand 1.3 x dry + 30 MiB + their largest convolution's copy (8 MiB and 432 MiB,
     as SD1.5's and LTX-2's in fp32 on oneDNN): held out, the one with the large copy is under-reserved by the

@@ -1953,7 +1953,7 @@ class _Plan:
                     return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                     self.variant_at(w, h, b, f, t), self.own_untiled())[0])
+                                     self.variant_at(w, h, b, f, t), self.own_untiled(), t is None)[0])
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             whole = self._whole(w, h, b, f, t, dry, env, measured=True)
@@ -2248,7 +2248,7 @@ def _live_branch(c: dict) -> dict:
 
 def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
                    copy_bytes: float = 0, live: float | None = None, variant: str = "",
-                   own_untiled: dict | None = None) -> tuple[float, str]:
+                   own_untiled: dict | None = None, untiled: bool = False) -> tuple[float, str]:
     """A transfer's price (the arguments of :func:`calibration_bytes`) to an architecture calibration ``calib``
     never measured, and which line set it (``"class"`` or an architecture): the highest of the class line, pooled
     over its architectures' points, and each architecture's ``transfer_lines`` entry (its points' envelope, less
@@ -2266,13 +2266,22 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     1.02-1.08x of the tiled demand for 10, below it for 4 (LTX-Video's bf16 decode 0.79-0.89x: its tiles hold more),
     above it for MiniMax-H3's fp32 encode (1.08-1.35x). Its cost, out of sample (campaign 28): LTX-Video's, Wan
     2.1's and HunyuanVideo's fp32 encodes in tiles, which the class's lines alone covered at 1.05-1.09x, it prices
-    at 1.08-1.20x."""
+    at 1.08-1.20x. An ``untiled`` request is never priced below :data:`LIVE_FLOOR_FACTOR` x ``dry``, the dry run
+    the lines are in (with oneDNN's buffers, or the most a convolution's call holds), where a measured
+    architecture's floor is of its live tensors alone: the lines are of architectures that need less than that dry
+    run, and one never measured may need all of it. Why: CogVideoX's bf16 encode without AMX (campaign 30) needed
+    1.01x it at 320x192 x 9 frames, where the class's five architectures need 0.71-0.95x (their lines priced it
+    0.90x); left out by architecture it was the one row under of 98 (0.92), 1.04 with this floor, which raised
+    four other medians by 0.01-0.03 (the bf16 decoders without AMX: Wan 2.1 1.10 -> 1.12, HunyuanVideo 1.21 ->
+    1.24) and took none past 1.15. A tiled request keeps the live floor: its tiles' dry run with the untiled
+    structure's factor over-states what they hold (the bf16 tiled encoders left out, 1.05-1.08 -> 1.23-1.27)."""
     moved = calib.get("transfer_lines", {})
     variants = calib.get("variant_transfer_lines", {})
     lines = {"class": calib["class"], **{a: moved[a] for a in sorted(moved)},
              **{k: variants[k] for k in sorted(variants) if variant_applies(k, variant)},
              **({OWN_UNTILED: own_untiled} if own_untiled is not None else {})}
-    return max(((calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=live), a)
+    floor = None if untiled else live  # calibration_bytes' floor: of dry where None
+    return max(((calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=floor), a)
                 for a, ln in lines.items()), key=lambda t: t[0])
 
 
@@ -2670,7 +2679,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         # the line that set the price: the class line, or one architecture's where it reserves more
         top = transfer_bytes(calib, dry, one, single, px, copy, live,
                              plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
-                             plan.own_untiled())[1]
+                             plan.own_untiled(), tile is None)[1]
         chosen = transfer_line(calib, top, plan.own_untiled())
         branch = ""
         if "copy_line" in chosen:  # an own untiled line: the larger of its live line and its copy branch prices
@@ -2692,7 +2701,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             which += f" on {AMX_BACKEND}"
         where = "tiled here" if plan.own_untiled() is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _live_floor_says(chosen, dry, one, single, px, copy, live) + _line_terms(line, dry, one, single))
+                  + _live_floor_says(chosen, dry, one, single, px, copy, live, tile is None)
+                  + _line_terms(line, dry, one, single))
         chosen = priced
         seen = chosen.get("transient_seen_bytes")
         if copy and seen is not None and copy <= seen:  # an own line fitted on the whole demand
@@ -2746,11 +2756,15 @@ def _capped_says(plan: _Plan, dry: float) -> str:
 
 
 def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                     copy_bytes: float, live: float) -> str:
-    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live`` sets the price
-    ('' where the line does)."""
-    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, live)[1]:
+                     copy_bytes: float, live: float, transfer_untiled: bool = False) -> str:
+    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live`` sets the price,
+    or for an untiled transfer x ``dry`` (:func:`transfer_bytes`) ('' where the line does)."""
+    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, None if transfer_untiled else live)[1]:
         return ""
+    if transfer_untiled:
+        return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (a transfer never prices less: the "
+                f"architectures measured need less than their dry run, one never measured may need all of it), "
+                f"above ")
     return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {live / MIB:.0f} MiB (never less than the live tensors, "
             f"with the margin), above ")
 

@@ -622,7 +622,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
                    for ln in archs.values()]
         spread = max(factors) / min(factors)
         uncovered = held_out_uncovered({k: rows for k, rows in per_key.items() if _arch(k) in archs}, margin, copies,
-                                       untiled)
+                                       untiled, platform["tiled"])
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
                     "variants": {k: own_line(rows, margin, copies) for k, rows in variants.items()},
@@ -765,19 +765,22 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
 
 
 def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
-                    untiled: dict[str, dict[str, Any]] | None = None) -> dict[str, list[float]]:
+                    untiled: dict[str, dict[str, Any]] | None = None, tiled: bool = False) -> dict[str, list[float]]:
     """Leave one architecture out: per architecture, the reservation / demand at each of its points in the
     calibration domain (:func:`held_out_prices`, whose arguments these are)."""
-    return {a: [p[0] for p in prices] for a, prices in held_out_prices(per_key, margin, weight_copy, untiled).items()}
+    return {a: [p[0] for p in prices]
+            for a, prices in held_out_prices(per_key, margin, weight_copy, untiled, tiled).items()}
 
 
 def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
-                    untiled: dict[str, dict[str, Any]] | None = None) -> dict[str, list[tuple[float, str, float]]]:
+                    untiled: dict[str, dict[str, Any]] | None = None,
+                    tiled: bool = False) -> dict[str, list[tuple[float, str, float]]]:
     """Leave one architecture out: per architecture of a class (rows as :func:`calibration_line` takes them, keyed
     by architecture and variant as :func:`split_variants` takes them), a transfer from the others (the highest of
     their pooled line and each one's :func:`transfer_lines`, and a variant point's of their lines of its variant;
     ``weight_copy``: with each row's convolution transient, as a transfer prices it; ``untiled``: per
-    architecture, its own untiled line on the platform of a tiled class, which a tiled transfer also takes) at each
+    architecture, its own untiled line on the platform of a tiled class, which a tiled transfer also takes;
+    ``tiled``: the class's points are tiled, else a transfer's untiled floor applies) at each
     of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
     have no point in the domain, are left out): (reservation / demand, the line that set it as
     :func:`vaemem.estimate.transfer_bytes` names it, the share of the reservation the weight copy added on that
@@ -801,11 +804,12 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
                 if r[4] < DOMAIN_MIN_FRAME_PIXELS:
                     continue
                 args = (r[0], r[1], bool(r[3]), r[4])
-                kw = dict(live=_live(r), variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a))
+                kw = dict(live=_live(r), variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a),
+                          untiled=not tiled)
                 total, name = transfer_bytes(calib, *args, r[5] if weight_copy else 0, **kw)
                 # the copy's share of the line that priced it (its price there without the copy)
-                bare = calibration_bytes(transfer_line(calib, name, kw["own_untiled"]), *args, 0, live=kw["live"]) \
-                    if weight_copy and r[5] else total
+                bare = calibration_bytes(transfer_line(calib, name, kw["own_untiled"]), *args, 0,
+                                         live=None if not tiled else kw["live"]) if weight_copy and r[5] else total
                 prices.append((total / r[2], name, (total - bare) / total))
         if prices:
             out[a] = prices
@@ -813,13 +817,13 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
 
 
 def held_out_uncovered(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
-                       untiled: dict[str, dict[str, Any]] | None = None) -> list[str]:
+                       untiled: dict[str, dict[str, Any]] | None = None, tiled: bool = False) -> list[str]:
     """The architectures of a class not shown covered by a transfer from the others (:func:`held_out_ratios`, with
     ``untiled`` as there): under-reserved at a point of the calibration domain, or with no held-out evidence (no
     point in the domain): what a transfer to an unmeasured architecture would risk. Why a condition of agreement
     beside the spread: the spread compares the lines at one dry-run peak, and on this CPU the fp32 conv3d encoders
     were within 1.10 there while LTX-Video, held out, was under-reserved at 0.80 (9-frame clips of 128x128)."""
-    ratios = held_out_ratios(per_key, margin, weight_copy, untiled)
+    ratios = held_out_ratios(per_key, margin, weight_copy, untiled, tiled)
     return [a for a in sorted({_arch(k) for k in per_key}) if a not in ratios or min(ratios[a]) < 1]
 
 

@@ -132,7 +132,7 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
         factor = {a: round(statistics.median(r[2] / r[0] for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS)
                            if any(r[4] >= DOMAIN_MIN_FRAME_PIXELS for r in rows)
                            else statistics.median(r[2] / r[0] for r in rows), 3) for a, rows in per_arch.items()}
-        for x, prices in held_out_prices(per_key, margin, copies, untiled).items():
+        for x, prices in held_out_prices(per_key, margin, copies, untiled, twin is not None).items():
             others = [factor[a] for a in per_arch if a != x]
             row = {"calibration": cid, "architecture": x, "trained_on": sorted(a for a in per_arch if a != x),
                    **_stats([p[0] for p in prices]), "demand_per_dry": factor[x],
