@@ -1952,12 +1952,17 @@ class _Plan:
                 if whole is not None:
                     return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
-            env = int(transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                     self.variant_at(w, h, b, f, t), self.own_untiled(), t is None)[0])
+            v, top = transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
+                                    self.variant_at(w, h, b, f, t), self.own_untiled(), t is None)
+            env = int(v)
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
+            # "floored": a floor set it, which caps no tiled request (_whole)
+            floored = v > _line_bytes(transfer_line(self.calib, top, self.own_untiled()), kd, k1,
+                                      self.arch_video and f == 1, w * h, copy)
             whole = self._whole(w, h, b, f, t, dry, env, measured=True)
-            return (env + self.cast_bytes, env, dry, 0, "", 0.0, one) if whole is None else whole[:6] + (one,)
+            return (env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one) if whole is None \
+                else whole[:6] + (one,)
         # the fallback: a clip's legacy rule is of one frame; a sliced batch is one sample's price x dry / dry of one
         bs = 1 if sliced else b
         floor = _legacy(*self.legacy, w, h, bs, 1, t)
@@ -2268,10 +2273,11 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     2.1's and HunyuanVideo's fp32 encodes in tiles, which the class's lines alone covered at 1.05-1.09x, it prices
     at 1.08-1.20x. An ``untiled`` request is never priced below :data:`LIVE_FLOOR_FACTOR` x ``dry``, the dry run
     the lines are in (with oneDNN's buffers, or the most a convolution's call holds), where a measured
-    architecture's floor is of its live tensors alone: the lines are of architectures that need less than that dry
-    run, and one never measured may need all of it. Why: CogVideoX's bf16 encode without AMX (campaign 30) needed
-    1.01x it at 320x192 x 9 frames, where the class's five architectures need 0.71-0.95x (their lines priced it
-    0.90x); left out by architecture it was the one row under of 98 (0.92), 1.04 with this floor, which raised
+    architecture's floor is of its live tensors alone: the lines may price less than that dry run, and an
+    architecture never measured may need all of it. Why: CogVideoX's bf16 encode without AMX (campaign 30) needed
+    1.01x it at 320x192 x 9 frames, where the five architectures the class had need 0.85-0.94x at that size (their
+    lines priced it 0.90x); left out by architecture it was the one row under of 98 (0.92), 1.04 with this floor
+    (Mochi's decode, under at 0.99 out of sample in campaign 29, 1.05-1.06), which raised
     four other medians by 0.01-0.03 (the bf16 decoders without AMX: Wan 2.1 1.10 -> 1.12, HunyuanVideo 1.21 ->
     1.24) and took none past 1.15. A tiled request keeps the live floor: its tiles' dry run with the untiled
     structure's factor over-states what they hold (the bf16 tiled encoders left out, 1.05-1.08 -> 1.23-1.27)."""
@@ -2281,8 +2287,11 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
              **{k: variants[k] for k in sorted(variants) if variant_applies(k, variant)},
              **({OWN_UNTILED: own_untiled} if own_untiled is not None else {})}
     floor = None if untiled else live  # calibration_bytes' floor: of dry where None
-    return max(((calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=floor), a)
-                for a, ln in lines.items()), key=lambda t: t[0])
+    total = max(calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=floor)
+                for ln in lines.values())
+    # the name: the highest line by its own value (where the floor prices, every line ties at it)
+    top = max(lines, key=lambda a: _line_bytes(lines[a], dry, dry1, single_frame, frame_pixels, copy_bytes))
+    return total, top
 
 
 def _times(ratio: float) -> str:
@@ -2762,8 +2771,8 @@ def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, fr
     if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, None if transfer_untiled else live)[1]:
         return ""
     if transfer_untiled:
-        return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (a transfer never prices less: the "
-                f"architectures measured need less than their dry run, one never measured may need all of it), "
+        return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (an untiled transfer never prices "
+                f"less: the lines here price less than it, and an architecture never measured may need all of it), "
                 f"above ")
     return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {live / MIB:.0f} MiB (never less than the live tensors, "
             f"with the margin), above ")

@@ -764,6 +764,10 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
             if len({r[0] for r in rows}) >= 2}
 
 
+# what held_out_prices names a point a floor priced (estimate.transfer_bytes), untiled and tiled
+FLOOR_NAMES = {False: "floor of the dry run", True: "floor of the live tensors"}
+
+
 def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
                     untiled: dict[str, dict[str, Any]] | None = None, tiled: bool = False) -> dict[str, list[float]]:
     """Leave one architecture out: per architecture, the reservation / demand at each of its points in the
@@ -783,8 +787,8 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
     ``tiled``: the class's points are tiled, else a transfer's untiled floor applies) at each
     of its points in the calibration domain (architectures whose rest has fewer than two dry-run peaks, or that
     have no point in the domain, are left out): (reservation / demand, the line that set it as
-    :func:`vaemem.estimate.transfer_bytes` names it, the share of the reservation the weight copy added on that
-    line), the evidence a listed row's reason is read from."""
+    :func:`vaemem.estimate.transfer_bytes` names it, or :data:`FLOOR_NAMES` where a floor did, the share of the
+    reservation the weight copy added on that line), the evidence a listed row's reason is read from."""
     out = {}
     per_arch, variants = split_variants(per_key)
     lines = transfer_lines(per_arch, margin, weight_copy)
@@ -807,9 +811,12 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
                 kw = dict(live=_live(r), variant=variant_parts(k)[1], own_untiled=(untiled or {}).get(a),
                           untiled=not tiled)
                 total, name = transfer_bytes(calib, *args, r[5] if weight_copy else 0, **kw)
+                line = transfer_line(calib, name, kw["own_untiled"])
                 # the copy's share of the line that priced it (its price there without the copy)
-                bare = calibration_bytes(transfer_line(calib, name, kw["own_untiled"]), *args, 0,
-                                         live=None if not tiled else kw["live"]) if weight_copy and r[5] else total
+                bare = calibration_bytes(line, *args, 0, live=None if not tiled else kw["live"]) \
+                    if weight_copy and r[5] else total
+                if total > calibration_bytes(line, *args, r[5] if weight_copy else 0, live_floor=False):
+                    name = FLOOR_NAMES[tiled]  # no line: the floor priced it
                 prices.append((total / r[2], name, (total - bare) / total))
         if prices:
             out[a] = prices

@@ -16,8 +16,8 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
-from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, Dataset, held_out_prices, own_line, own_lines,
-                                     priced_as, request_of, row_of, split_variants, variant_of)
+from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, FLOOR_NAMES, Dataset, held_out_prices, own_line,
+                                     own_lines, priced_as, request_of, row_of, split_variants, variant_of)
 from vaemem.measuring.point import variant_suffix
 from vaemem.models.zoo import get_spec
 from vaemem.report.accuracy import GOAL_MAX, GOAL_MEDIAN, GOAL_MIN_SIZES, apps_bytes
@@ -252,6 +252,8 @@ def _line_named(name: str) -> str:
         return "the class line"
     if name == estimate.OWN_UNTILED:
         return name
+    if name in FLOOR_NAMES.values():
+        return f"the {name}"
     arch, variant = estimate.variant_parts(name)
     return f"the line of {arch}'s {estimate.VARIANT_WORDS[variant]} points" if variant else f"{arch}'s line"
 
