@@ -715,9 +715,9 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to SCHEMA_VERSION) field by field and index it for pricing. Raises ValueError
-    naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong type, a negative
-    slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
+    """Check a coefficient document (schema 3 to SCHEMA_VERSION) field by field and index it for pricing. Raises
+    ValueError naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong
+    type, a negative slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
     if not isinstance(data, dict):
         raise ValueError(f"{source} is not a JSON object: not a vaemem coefficient file")
@@ -1952,14 +1952,12 @@ class _Plan:
                 if whole is not None:
                     return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
-            v, top = transfer_bytes(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                    self.variant_at(w, h, b, f, t), self.own_untiled(), t is None)
+            v, _, floored = _transfer(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
+                                      self.variant_at(w, h, b, f, t), self.own_untiled(), t is None)
             env = int(v)
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
             # "floored": a floor set it, which caps no tiled request (_whole)
-            floored = v > _line_bytes(transfer_line(self.calib, top, self.own_untiled()), kd, k1,
-                                      self.arch_video and f == 1, w * h, copy)
             whole = self._whole(w, h, b, f, t, dry, env, measured=True)
             return (env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one) if whole is None \
                 else whole[:6] + (one,)
@@ -2281,17 +2279,31 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     four other medians by 0.01-0.03 (the bf16 decoders without AMX: Wan 2.1 1.10 -> 1.12, HunyuanVideo 1.21 ->
     1.24) and took none past 1.15. A tiled request keeps the live floor: its tiles' dry run with the untiled
     structure's factor over-states what they hold (the bf16 tiled encoders left out, 1.05-1.08 -> 1.23-1.27)."""
+    return _transfer(calib, dry, dry1, single_frame, frame_pixels, copy_bytes, live, variant, own_untiled,
+                     untiled)[:2]
+
+
+def _transfer(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int, copy_bytes: float,
+              live: float | None, variant: str, own_untiled: dict | None,
+              untiled: bool) -> tuple[float, str, bool]:
+    """:func:`transfer_bytes` and whether its floor set the price (each line evaluated once: the hot path)."""
     moved = calib.get("transfer_lines", {})
     variants = calib.get("variant_transfer_lines", {})
     lines = {"class": calib["class"], **{a: moved[a] for a in sorted(moved)},
              **{k: variants[k] for k in sorted(variants) if variant_applies(k, variant)},
              **({OWN_UNTILED: own_untiled} if own_untiled is not None else {})}
-    floor = None if untiled else live  # calibration_bytes' floor: of dry where None
-    total = max(calibration_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes, live=floor)
-                for ln in lines.values())
+    values = {a: _line_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes) for a, ln in lines.items()}
     # the name: the highest line by its own value (where the floor prices, every line ties at it)
-    top = max(lines, key=lambda a: _line_bytes(lines[a], dry, dry1, single_frame, frame_pixels, copy_bytes))
-    return total, top
+    top = max(values, key=values.__getitem__)
+    floor = LIVE_FLOOR_FACTOR * (dry if untiled or live is None else live)  # calibration_bytes' floor
+    return (floor, top, True) if values[top] < floor else (values[top], top, False)
+
+
+def transfer_line_words(name: str) -> str:
+    """An architecture's transfer line, :func:`transfer_bytes` naming it ``name`` (``wan21``, ``sd15/math``), as a
+    reason says it; the class line and :data:`OWN_UNTILED` are said where they are named."""
+    arch, variant = variant_parts(name)
+    return f"the line of {arch}'s {VARIANT_WORDS[variant]} points" if variant else f"{name}'s line"
 
 
 def _times(ratio: float) -> str:
@@ -2701,8 +2713,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  f"there" if line is not priced else "")
         which = (f"{calib['kernel']} class line of {', '.join(sorted(calib['architectures']))}" if top == "class"
                  else (f"{branch}{top} on this platform ({chosen['n_points']} points) at its tiles' dry run"
-                       if top == OWN_UNTILED else f"{top}'s line" if not variant_parts(top)[1] else
-                       f"the line of {variant_parts(top)[0]}'s {VARIANT_WORDS[variant_parts(top)[1]]} points")
+                       if top == OWN_UNTILED else transfer_line_words(top))
                  + f", the highest here of the {calib['kernel']} class line of "
                    f"{', '.join(sorted(calib['architectures']))}, their own"
                  + (f" and {OWN_UNTILED}" if plan.own_untiled() is not None and top != OWN_UNTILED else ""))

@@ -32,10 +32,10 @@ def _stats(ratios: list[float]) -> dict[str, Any]:
 
 def _points(data: Dataset, structures: dict[str, Any]) -> dict[str, list[tuple]]:
     """Per calibration id: (architecture, group id, point, dry, dry of one sample, demand, single frame, frame
-    pixels, weight copy bytes, the live tensors' dry run, group key, variant as the fit keys it): the point and its group as the fit takes them
-    (:func:`vaemem.fit.coefficients.priced_as`: a tiled point whose tile is the whole image is untiled;
-    :func:`vaemem.fit.coefficients.variant_of`: a math-path point whose score matrices do not lead is in its plain
-    group), the dry runs those the platform's lines are in (:func:`vaemem.fit.coefficients.row_of`)."""
+    pixels, weight copy bytes, the live tensors' dry run, group key, variant as the fit keys it): the point and its
+    group as the fit takes them (:func:`vaemem.fit.coefficients.priced_as`: a tiled point whose tile is the whole
+    image is untiled; :func:`vaemem.fit.coefficients.variant_of`: a math-path point whose score matrices do not lead
+    is in its plain group), the dry runs those the platform's lines are in (:func:`vaemem.fit.coefficients.row_of`)."""
     out: dict[str, list[tuple]] = {}
     for _, (key, pts) in sorted(data.groups.items()):  # in the fit's order (calibrate)
         kernel = get_spec(pts[0].point["model"]).kernel
@@ -254,8 +254,7 @@ def _line_named(name: str) -> str:
         return name
     if name in FLOOR_NAMES.values():
         return f"the {name}"
-    arch, variant = estimate.variant_parts(name)
-    return f"the line of {arch}'s {estimate.VARIANT_WORDS[variant]} points" if variant else f"{arch}'s line"
+    return estimate.transfer_line_words(name)
 
 
 def _listed(r: dict[str, Any]) -> str:
