@@ -22,8 +22,9 @@ together: decode medians 1.05-1.33 -> 1.01-1.06, encode 1.02-1.37 -> 1.02-1.05 (
 For an image architecture that dry run is a constant multiple of the plain one, so it was built as one
 (``vaemem.tracing.counter.onednn_hidden_bytes`` without the weight, which ``conv_transient_bytes`` prices; the
 structure's ``onednn_hidden_factor``; :func:`vaemem.estimate.onednn_hidden_factor`); a video architecture's is
-nearly constant in size, not in clip length, and its structure takes the largest of its grid (left out by
-architecture HunyuanVideo's untiled rows went from 0.80-0.99 to 1.04-1.12 with it: ``fits/REPORT.md``).
+nearly constant in size, not in clip length, and its structure takes one per knot (schema 17; the largest of its
+grid before, with which, left out by architecture, HunyuanVideo's untiled rows went from 0.80-0.99 to 1.04-1.12:
+``fits/REPORT.md``).
 """
 
 from __future__ import annotations

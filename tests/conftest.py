@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from vaemem import estimate as est
 from vaemem.measuring.child.rig import _cpu_name  # a worker on this machine reports its CPU
 from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome
 from vaemem.measuring.point import Point
@@ -69,7 +70,7 @@ def as_schema(doc: dict, version: int) -> dict:
     factor of a CPU without AMX, and no own line a copy branch; before 12 no structure the live bytes at its
     convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines; before
     15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove); before 16 no line a flat
-    branch."""
+    branch; before 17 no structure a oneDNN factor per knot (it held the largest)."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
@@ -96,6 +97,11 @@ def as_schema(doc: dict, version: int) -> dict:
             c.pop("variant_transfer_lines", None)
     if version < 16:
         _drop_flat(doc)
+    if version < 17:
+        for s in doc.get("structures", {}).values():
+            for name in est.HIDDEN_FACTORS:
+                if isinstance(s.get(name), list):
+                    s[name] = max(s[name])
     return doc
 
 

@@ -67,12 +67,14 @@ measured points, fused-path ones everywhere and math-path ones where a rig measu
 On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines are in the dry run with the buffers oneDNN's ops hold while
 they run (a convolution its output's reorder in fp32; in half precision twice its output with AMX, a copy of its
 input, two for a 1x1 kernel, without; a half-precision mean an fp32 copy of its input), ``onednn_hidden_factor``
-(half precision on ``onednn``: ``onednn_hidden_factor_no_amx``) x the dry-run peak (its untiled structure's, for a
+(half precision on ``onednn``: ``onednn_hidden_factor_no_amx``; a video architecture's the one of the request's
+clip length, :func:`hidden_factor_at`) x the dry-run peak (its untiled structure's, for a
 tiled request as well: :func:`onednn_hidden_factor`; on the math path x its fused part only, the attention peak
 taken as it is, :func:`_dry_peak`), and never below :data:`LIVE_FLOOR_FACTOR` x the plain dry-run
 peak, the live tensors. A file of schema 8 or older has no such factor (its lines are in the plain dry run), one
 of 9 has it for untiled requests only, one of 10 the AMX rule's alone, one of 14 or older puts the larger of the
-fused and math structures' factors on a math-path request's whole peak.
+fused and math structures' factors on a math-path request's whole peak, one of 16 or older the largest factor
+of any clip length on every clip.
 
 Then, in every case, the **cast term**: when the run dtype is wider than the dtype the weights were loaded in
 (an fp16-loaded SDXL decoded in fp32), add parameters x (run element size - loaded element size), the parameters
@@ -85,6 +87,7 @@ the dtypes measured) rather than a guess. The margin is already in the file.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import numbers
@@ -137,7 +140,15 @@ from collections.abc import Callable, Iterator
 # the summed reservation / demand, and prices the lower of the two (but for a one-frame clip of a video model),
 # which a reader of 15 would ignore (over-pricing the large requests of a line its small points made steep, up to
 # 1.2x); a file of 15 is one of 16 without it, so it stays readable and layers with it.
-SCHEMA_VERSION = 16
+# 17: an untiled video structure's onednn_hidden_factor and onednn_hidden_factor_no_amx may be lists, one per knot
+# and never rising (:func:`hidden_factor_at`), where 16 held the largest over its grid, and the oneDNN lines are in
+# the dry run with the factor of the request's clip length: a reader of 16 would refuse the lists, and lines of 16
+# priced with them would be under (HunyuanVideo 1.5's bf16 encode without AMX: 1.4438 for every clip in 16, 1.0 at
+# 5-33 frames);
+# a file of 16 is one of 17 whose factors are one number each, so it stays readable, but its oneDNN lines do not
+# layer with those of 17.
+SCHEMA_VERSION = 17
+PER_KNOT_SCHEMA = 17  # the first schema whose oneDNN factors may be one per knot
 FLAT_SCHEMA = 16  # the first schema whose lines may carry a flat branch
 FLAT_TERMS = ("dry_factor", "per_sample_factor", "base_bytes")  # a flat branch's terms: it never prices one frame
 AMX_SCHEMA = 8  # the first schema whose half-precision oneDNN lines tell AMX CPUs apart
@@ -148,7 +159,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -168,8 +179,9 @@ WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 HIDDEN_FACTORS = ("onednn_hidden_factor", "onednn_hidden_factor_no_amx")
 # On the same backends an op holds buffers beyond its output while it runs (a convolution its output's reorder, a
 # half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
-# multiple of the plain one (constant for an image architecture, for a video one in size, not quite in clip length),
-# its structure's ``onednn_hidden_factor`` (the largest over its grid), and the lines there are in that dry run,
+# multiple of the plain one (constant for an image architecture, for a video one in size, not in clip length),
+# its structure's ``onednn_hidden_factor`` (from schema 17 one per knot where the knots differ, each the largest over
+# the sizes of its knot and the later ones: :func:`hidden_factor_at`), and the lines there are in that dry run,
 # a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image architectures' demand /
 # dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
 # every other, under a transfer), HunyuanVideo's 1.27-1.47x against the Wans' 1.15-1.36x (0.92-1.07x, 0.99-1.29x
@@ -348,8 +360,10 @@ def _layer(docs: list) -> dict:
     # (14 kept a variant's points apart and priced the lines as 13 did: those two layer; 15 prices the math path's
     # oneDNN lines otherwise, on dry runs that count its softmax's mask)
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
-    # (16 adds a flat branch, which prices no other line otherwise: it layers with 15)
-    rule = lambda v: ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA else min(v, RESIDENT_SCHEMA)  # noqa: E731
+    # (16 adds a flat branch, which prices no other line otherwise: it layers with 15; 17's lines are in the dry
+    # run with each clip length's factor)
+    rule = lambda v: PER_KNOT_SCHEMA if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA \
+        if v >= ATTENTION_APART_SCHEMA else min(v, RESIDENT_SCHEMA)  # noqa: E731
     for i in onednn[1:]:
         first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
         if rule(this) != rule(first):
@@ -381,6 +395,13 @@ def _layer(docs: list) -> dict:
                              f"are priced with it; refit layer {i + 1} with `vaemem fit`")
         if "/untiled" not in key:
             continue
+        older = [j for j in onednn if docs[j]["schema_version"] < PER_KNOT_SCHEMA]
+        if older and any(isinstance(st.get(f), list) for f in HIDDEN_FACTORS):
+            # a factor per knot is at most the largest over the grid that older lines were fitted with: under
+            raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds a oneDNN factor per knot (schema "
+                             f"{PER_KNOT_SCHEMA}), and layer {older[0] + 1}'s oneDNN lines (schema "
+                             f"{docs[older[0]]['schema_version']}) were fitted with one for every clip length; "
+                             f"refit layer {older[0] + 1} with `vaemem fit`")
         for f, cached in zip(HIDDEN_FACTORS, ("onednn_peak_bytes", "onednn_peak_bytes_no_amx")):
             if f == HIDDEN_FACTORS[1] and "/fp32/" in key:
                 continue
@@ -635,9 +656,11 @@ def _check_structure(s: dict, where: str) -> None:
     if "area_min" in s:
         _field(s, "area_min", where, "int>=0")
     for name in HIDDEN_FACTORS:  # at most 2.0 seen (HunyuanImage-2.1's bf16 encode: its means' fp32 copies)
-        if name in s:
-            h = _field(s, name, where, "num")
-            _need(1 <= h <= 3, f"{where}.{name}", "a number from 1 to 3", h)
+        if name in s:  # one number, or one per knot (schema 17: the file's check)
+            h = s[name]
+            _need(all(_num(x) and 1 <= x <= 3 for x in (h if isinstance(h, list) else [h]))
+                  and (not isinstance(h, list) or (len(h) == len(knots) and h == sorted(h, reverse=True))),
+                  f"{where}.{name}", f"a number from 1 to 3, or {len(knots)} of them (one per knot, never rising)", h)
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
         # a law grows with the size (its constant may be below zero: the slopes are rounded up)
@@ -888,6 +911,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
         _check_structure(st, f"{source}: structures.{name}")
+        for f in HIDDEN_FACTORS:  # one per knot: an older file's lines were fitted with the largest
+            _need(not isinstance(st.get(f), list) or layered or version >= PER_KNOT_SCHEMA,
+                  f"{source}: structures.{name}.{f}", f"one number (one per knot from schema {PER_KNOT_SCHEMA})",
+                  st.get(f))
         if "onednn_hidden_factor_no_amx" in st:  # an older file's lines were fitted without it: never read there
             _need((layered or version >= NO_AMX_SCHEMA) and name.split("/")[2:3] != ["fp32"]
                   and "/untiled" in name, f"{source}: structures.{name}.onednn_hidden_factor_no_amx",
@@ -1429,7 +1456,7 @@ def math_path_leads(structures: dict, arch: str, op: str, width: int, height: in
         return False
     return _scores_lead(compile_structure(s), compile_structure(a),
                         compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
-                        width, height, batch, frames, tile, onednn_hidden_factor(backend, u))
+                        width, height, batch, frames, tile, onednn_hidden_factor(backend, u, frames=frames))
 
 
 def _whole_tile(cs: tuple, w: int, h: int, t: int) -> bool:
@@ -1690,7 +1717,7 @@ class _Plan:
                  "variant_own", "variant", "calib", "group", "cref", "arch_video", "legacy", "pixel_line",
                  "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound", "hidden", "apart", "calls", "backend")
+                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "backend")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1774,9 +1801,10 @@ class _Plan:
         # structure's factor as well, on the whole); a tiled request's lines there from schema 10; the factor of the
         # lines' platform (an AMX CPU's lines pricing one without AMX: the AMX rule's)
         self.apart = coef["schema_version"] >= ATTENTION_APART_SCHEMA
-        self.hidden = 1.0 if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else onednn_hidden_factor(
+        self.hidden = None if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else (
             key["conv_backend"], structures.get(structure_key(arch, op, dtype, False)), None if self.apart else a,
-            no_amx=coef["schema_version"] >= NO_AMX_SCHEMA)
+            coef["schema_version"] >= NO_AMX_SCHEMA)
+        self.hidden_f: dict = {}  # frames -> the factor (hidden_at)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         # the lines of the request's variant beside its own plain line: its own (``sd15/math``), else the other
         # architectures' measured in it; None where it names none or none was measured
@@ -1984,11 +2012,21 @@ class _Plan:
                 None if ac is None else self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
                 None if up is None else self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(up, f)))
 
+    def hidden_at(self, f: int) -> float:
+        """The factor from the dry-run peak of a clip of ``f`` frames to the one this plan's lines are in
+        (:func:`onednn_hidden_factor`; 1 where they are in the plain one), cached per clip length."""
+        k = self.hidden_f.get(f)
+        if k is None:
+            k = 1.0 if self.hidden is None else onednn_hidden_factor(
+                self.hidden[0], *self.hidden[1:3], no_amx=self.hidden[3], frames=f)
+            self.hidden_f[f] = k
+        return k
+
     def dry_runs(self, w: int, h: int, b: int, f: int, t: int | None) -> tuple[float, float, float, float]:
         """(dry-run peak, of one sample, the two with oneDNN's buffers) of a request this plan has a structure for
         (:func:`_dry_peak`)."""
         return _dry_peak(self.cs, self.attn, self.out, w, h, b, f, t,  # type: ignore[arg-type]
-                         *self._frame_terms(f), self.hidden, self.apart)
+                         *self._frame_terms(f), self.hidden_at(f), self.apart)
 
     def variant_at(self, w: int, h: int, b: int, f: int, t: int | None) -> str:
         """The request's variant: a sliced batch of one is the plain request, and (from schema 15) a math-path one
@@ -1999,7 +2037,7 @@ class _Plan:
         fused price)."""
         variant = self.variant.replace("/sliced", "") if b == 1 else self.variant
         if "/math" in variant and self.apart and self.cs is not None and self.attn is not None and not _scores_lead(
-                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden, *self._frame_terms(f)):
+                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden_at(f), *self._frame_terms(f)):
             variant = variant.replace("/math", "")
         return variant
 
@@ -2189,14 +2227,25 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
                      width, height, batch, frames, tile, hidden=hidden)[2]
 
 
-def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True) -> float:
+def hidden_factor_at(value: float | list, knots: list, frames: int) -> float:
+    """A structure's oneDNN factor (:data:`HIDDEN_FACTORS`) at a clip of ``frames``: a number is the same at every
+    clip length; a list (schema 17), one per knot of the structure and never rising, bounds every clip from its knot
+    on: the last knot's at or below ``frames`` (past the last knot its own: the factor settles as clips grow,
+    HunyuanVideo's bf16 decode without AMX 1.2592 at 17 frames and 1.2586 at 33)."""
+    if not isinstance(value, list):
+        return value
+    return value[max(bisect.bisect_right(knots, frames) - 1, 0)]
+
+
+def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True, frames: int = 1) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
     the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (in a file of schema 14 or older
     the math path's as well; from 15 the fused one's, on the fused part alone: :func:`_dry_peak`) on a
     oneDNN backend, else 1 (other backends; a file of schema 8 or older: none); on ``onednn`` (a CPU without AMX
     tiles) a half-precision structure's ``onednn_hidden_factor_no_amx`` where it has one and ``no_amx`` (the lines
     are of schema 11 or newer: a layered document's structure may be newer than its oneDNN lines): its
-    convolutions hold a copy of their input, where the AMX rule counts twice their output. A tiled request takes
+    convolutions hold a copy of their input, where the AMX rule counts twice their output; each at a clip of
+    ``frames`` (:func:`hidden_factor_at`). A tiled request takes
     its untiled structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never
     traced, and the tiled demand / dry run follows the untiled factor (HunyuanVideo's bf16 decode 1.442 at 1.443,
     Wan 2.1's 1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
@@ -2204,7 +2253,8 @@ def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = 
         return 1.0
     field = lambda s: HIDDEN_FACTORS[1] if no_amx and backend == "onednn" and HIDDEN_FACTORS[1] in s \
         else HIDDEN_FACTORS[0]  # noqa: E731
-    return max([1.0] + [s[field(s)] for s in structures if s and field(s) in s])
+    return max([1.0] + [hidden_factor_at(s[field(s)], s.get("knots", [1]), frames)
+                        for s in structures if s and field(s) in s])
 
 
 def calibration_bytes(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
@@ -2572,7 +2622,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         cast_note = ("; math attention path: no attention module in this op, so the same as fused"
                      if plan.attn is None else
                      "; math attention path: its score matrices do not lead (its dry run"
-                     + (" with oneDNN's buffers" if plan.hidden != 1 else "")
+                     + (" with oneDNN's buffers" if plan.hidden_at(int(frames)) != 1 else "")
                      + " is the fused path's), so priced by the fused request's lines"
                      if plan.kind == "calib" and "/math" not in plan.variant_at(
                          int(width), int(height), int(batch), int(frames), tile) else
@@ -2592,7 +2642,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      f") from {loaded_dtype} to {dtype}")
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
-        k = plan.hidden
+        k = plan.hidden_at(int(frames))
         live = dry
         # the lines are in oneDNN's dry run (hidden); what its buffers make of the live tensors' peak: x k, on the
         # math path x k on the fused part only (told by one sample's: a sliced batch adds its kept outputs x k)

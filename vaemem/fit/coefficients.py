@@ -322,7 +322,7 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
-def hidden_of(key: dict[str, Any], structures: dict[str, Any]) -> float:
+def hidden_of(key: dict[str, Any], structures: dict[str, Any], frames: int = 1) -> float:
     """The factor from the dry-run peak of a point of group ``key`` to the one its platform's lines are in
     (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; every
     point of the group takes its untiled structure's, a tiled or sliced one too; a math-path point's attention peak
@@ -330,7 +330,8 @@ def hidden_of(key: dict[str, Any], structures: dict[str, Any]) -> float:
     from vaemem import estimate as est
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
-    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)))
+    return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)),
+                                    frames=frames)
 
 
 def priced_as(point: dict[str, Any], key: dict[str, Any],
@@ -360,7 +361,7 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     d = dry_of(point, key, structures)
     if d is None:
         return None
-    kd = dry_of(point, key, structures, hidden_of(key, structures))
+    kd = dry_of(point, key, structures, hidden_of(key, structures, point["frames"]))
     q = point
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))

@@ -549,6 +549,15 @@ def _input_bytes_per_pixel_frame(spec: ModelSpec, dtype: str) -> int:
     return spec.config.get("in_channels", 3) * est.ELEMENT_SIZE[dtype]
 
 
+def _per_knot(ratios: dict[tuple, float], wanted: list[tuple], knots: list[int]) -> float | list[float]:
+    """Per knot, the largest of ``ratios`` over the grid's sizes at that knot and every later one, rounded up to
+    1e-4: an upper bound for every clip from that knot on, so the list never rises. One number where every knot has
+    the same, else one per knot (:func:`vaemem.estimate.hidden_factor_at`)."""
+    per = [math.ceil(max(ratios[k] for k in wanted if k[2] == fr) * 1e4 - 1e-6) / 1e4 for fr in knots]
+    per = [max(per[i:]) for i in range(len(per))]
+    return per[0] if len(set(per)) == 1 else per
+
+
 def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
            attention: str = "fused") -> dict[str, Any] | None:
     """The structure of (``name``, op, dtype, tiling, attention path) from dry-run cache entries, or None if the
@@ -647,17 +656,22 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
         # architecture the same at every size and batch (to 1e-4; on the math path 1.12-1.20 where the score
-        # matrix leads, the fused path's factor below, so the largest is the fused one); for a video one nearly the same at every size (within 0.01) but not at every clip length: a
-        # one-frame clip differs (HunyuanVideo's bf16 decode 1.35, its clips 1.41-1.44; Wan 2.1's 1.11 and
-        # 1.07-1.09) and the longer clips settle by 9 frames (LTX-Video's bf16 decode 1.07 at 9, 1.01 at 65). The
-        # largest ratio of the grid, rounded up to 1e-4: an upper bound. Why not a factor per clip length, the
-        # one-frame one apart: left out by architecture it put 9 rows under instead of 6 (Wan 2.1's bf16 clips,
-        # HunyuanVideo's with AMX at 0.97-0.99): measured demand does not follow the finer factor
-        out["onednn_hidden_factor"] = math.ceil(max(hidden[k] for k in wanted) * 1e4 - 1e-6) / 1e4
+        # matrix leads, the fused path's factor below, so the largest is the fused one); for a video one nearly the
+        # same at every size (within 0.01-0.03) but not at every clip length: a one-frame clip differs most
+        # (HunyuanVideo 1.5's bf16 encode without AMX 1.44, its clips of 5-33 frames 1.0; Wan 2.1's 1.31 and
+        # 1.05-1.08) and the longer clips settle by 9 frames. Per knot (schema 17), the largest ratio of its sizes
+        # and of every later knot's (_per_knot). Why per knot: one factor for every clip, the grid's largest, put
+        # the 9-frame clips' dry runs up to 1.44x too high, and left out by architecture the bf16 video rows without
+        # AMX 1.21-1.56x over at the median (HunyuanVideo's encode 1.21, HunyuanVideo 1.5's 1.56; 1.07 and 1.12 per
+        # knot). Why the later knots' too: where a one-frame clip holds less than the clips (HunyuanVideo's bf16
+        # decode with AMX 1.35 against 1.41-1.44), its demand followed the clips' factor: with its own, left out
+        # HunyuanVideo's one frame at 320x192 came out under (0.99), and held out LTX-2.3's fp32 one-frame encode
+        # at 1024x576 (0.94)
+        out["onednn_hidden_factor"] = _per_knot(hidden, wanted, out["knots"])
     if not tiled and dtype != "fp32" and all(no_amx[k] is not None for k in wanted):
         # the same on a CPU without AMX tiles, whose half-precision convolutions hold a copy of their input (two for
         # a 1x1 kernel) where the AMX rule counts twice their output (vaemem.tracing.counter.onednn_hidden_bytes)
-        out["onednn_hidden_factor_no_amx"] = math.ceil(max(no_amx[k] for k in wanted) * 1e4 - 1e-6) / 1e4
+        out["onednn_hidden_factor_no_amx"] = _per_knot(no_amx, wanted, out["knots"])
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)
