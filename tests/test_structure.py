@@ -1434,3 +1434,22 @@ def test_a_factor_per_knot_bounds_every_later_clip_and_is_read_from_schema_17():
                                                        f"number from 1 to 3, or 6 of them (one per knot, never "
                                                        f"rising)")):
             est.validate(broken, "c.json")
+
+
+def test_calibrate_judges_a_tiled_class_by_the_tiled_rule(committed_structures, monkeypatch):
+    """Whether a class agrees reads its held-out evidence by the rule of its tiling (an untiled transfer's floor is
+    of the dry run the lines are in, a tiled one's of the live tensors: :func:`vaemem.fit.coefficients.
+    held_out_prices`): ``calibrate`` hands each calibration's own ``tiled`` to it (campaign 8's tiled bf16 points
+    on the AMX Xeon, with the untiled ones of campaign 6 beside them)."""
+    seen = []
+    real = co.held_out_uncovered
+
+    def spy(per_key, margin, weight_copy=False, untiled=None, tiled=False):
+        seen.append(tiled)
+        return real(per_key, margin, weight_copy, untiled, tiled)
+
+    monkeypatch.setattr(co, "held_out_uncovered", spy)
+    data = co.load_dataset([ROOT / "measurements" / f"xeon-amx-2core-campaign{n}.jsonl" for n in (6, 8)])
+    cals = co.calibrate(data, committed_structures, 0.05)
+    assert len(seen) == len(cals) and {c["tiled"] for c in cals} == {True, False}
+    assert seen == [c["tiled"] for c in cals]
