@@ -99,9 +99,10 @@ def as_schema(doc: dict, version: int) -> dict:
         _drop_flat(doc)
     if version < 17:
         for s in doc.get("structures", {}).values():
-            for name in est.HIDDEN_FACTORS:
-                if isinstance(s.get(name), list):
-                    s[name] = max(s[name])
+            for part in (s, s.get("tile_working_set", {})):
+                for name in est.HIDDEN_FACTORS:
+                    if isinstance(part.get(name), list):
+                        part[name] = max(part[name])
     return doc
 
 

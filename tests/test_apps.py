@@ -593,6 +593,12 @@ def test_a_newer_structure_serves_older_onednn_lines_by_their_schemas_factor():
         est.explain("sd15", "decode", 1024, 1024, coefficients=[_without_onednn(json.loads(PACKAGED.read_text())),
                                                                 _older(10)], **kw)
     mine, ten = as_schema(_without_onednn(json.loads(PACKAGED.read_text())), 16), _older(10)
+    # the other way round: that schema-16 file's one factor (the largest) before the packaged lines of 17, fitted
+    # with one per clip length, would price them over (HunyuanVideo 1.5's bf16 clips 1.44x): refused as well
+    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ holds one oneDNN factor for every "
+                                         r"clip length, and layer 2's oneDNN lines \(schema 17\) were fitted with "
+                                         r"one per knot; refit layer 1 with `vaemem fit`"):
+        est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[mine, None], **kw)
     alone = est.explain("sd15", "decode", 1024, 1024, coefficients=ten, **kw)
     layered = est.explain("sd15", "decode", 1024, 1024, coefficients=[mine, ten], **kw)
     factor = ten["structures"]["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]

@@ -883,7 +883,7 @@ def test_a_tiled_transfer_takes_the_architectures_own_untiled_line_at_its_tiles(
     plan = est._plan(est._doc(doc), "wan22", "encode", "fp32", None, "onednn", "glibc-fixed", "linux", True, "model")
     _, live1, dry, one = plan.dry_runs(768, 768, 1, 1, 256)
     copy = plan.copy_at(768, 768, 1, 1, 256)
-    own = est.calibration_bytes(plan.own_untiled(), dry, one, True, 768 * 768, copy, live=live1)
+    own = est.calibration_bytes(plan.own_untiled(1), dry, one, True, 768 * 768, copy, live=live1)
     assert e.envelope_bytes == int(own)
     # no own untiled line: the class's lines (those of every clip length's factor, schema 17, cover this demand
     # too, 1.03x; with schema 16's one factor MiniMax-H3's tiled line alone reserved 0.93x), below the own line's
@@ -904,7 +904,7 @@ def test_a_tiled_transfer_takes_the_architectures_own_untiled_line_at_its_tiles(
     plan = est._plan(est._doc(doc), "ltx-video", "decode", "bf16", None, "onednn-amx", "glibc-fixed", "linux", True,
                      "model")
     _, live1, dry, one = plan.dry_runs(640, 384, 1, 1, 256)
-    branch = plan.own_untiled()["copy_line"]
+    branch = plan.own_untiled(1)["copy_line"]
     assert e.envelope_bytes == int(est.calibration_bytes(branch, dry, one, True, 640 * 384,
                                                          plan.copy_at(640, 384, 1, 1, 256), live=live1))
     assert f"{branch['dry_factor']:.3f} x dry-run peak" in e.reason
@@ -913,11 +913,11 @@ def test_a_tiled_transfer_takes_the_architectures_own_untiled_line_at_its_tiles(
 
 def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
     """The cap needs the tiles' dry run at most the whole image's, and never rests on a price the live floor set:
-    LTX-Video's untiled bf16 decode without AMX at 832x480 x 33 frames is its floor (its line of 4 points is far
-    below its live tensors there), so its tiled price keeps its own. A capped fallback keeps its legacy floor."""
+    LTX-Video 0.9.5's untiled bf16 decode without AMX at 832x480 x 33 frames is its floor (its line of 3 points is
+    far below its live tensors there), so its tiled price keeps its own. A capped fallback keeps its legacy floor."""
     kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=33)
-    whole = est.explain("ltx-video", "decode", 832, 480, **kw)  # its bf16 line without AMX: 4 points, few MiB
-    tiled = est.explain("ltx-video", "decode", 832, 480, tile=768, **kw)
+    whole = est.explain("ltx-video-0.9.5", "decode", 832, 480, **kw)  # its bf16 line without AMX: 3 points
+    tiled = est.explain("ltx-video-0.9.5", "decode", 832, 480, tile=768, **kw)
     assert "never less than the live tensors" in whole.reason and tiled.bytes > whole.bytes
     assert "capped" not in tiled.reason
     # a tiled fallback whose tiles hold more than the whole image (SD1.5's 768x512 encode, 512 px tiles: the
@@ -1012,17 +1012,17 @@ def test_a_schema_7_file_prices_half_precision_on_an_amx_cpu_by_its_onednn_lines
 def test_no_line_reserves_less_than_the_live_tensors():
     """HunyuanVideo 1.5's fp32 decode line was 0.023 x dry run + its weight copies (8 points where one convolution's
     1728 MiB copy set the demand): at 1024x1024 x 17 frames, whose live tensors are 52224 MiB, it priced 3036 MiB.
-    LTX-Video's bf16 line without AMX (4 points) is as flat: at the same request it is under its live tensors.
-    A line never reserves less than LIVE_FLOOR_FACTOR x the dry-run peak, and the reason says when that floor
-    prices; at its measured points the line is above it."""
+    LTX-Video 0.9.5's bf16 line without AMX (3 points, where its 216 MiB weight copy sets the demand) is as flat: at
+    the same request it is under its live tensors. A line never reserves less than LIVE_FLOOR_FACTOR x the dry-run
+    peak, and the reason says when that floor prices; at its measured points the line is above it."""
     kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=17)
-    e = est.explain("ltx-video", "decode", 1024, 1024, **kw)  # 4 points: its line is nearly flat
-    dry = est.dry_run_bytes(None, "ltx-video", "decode", 1024, 1024, dtype="bf16", frames=17)
+    e = est.explain("ltx-video-0.9.5", "decode", 1024, 1024, **kw)  # 3 points: its line is nearly flat
+    dry = est.dry_run_bytes(None, "ltx-video-0.9.5", "decode", 1024, 1024, dtype="bf16", frames=17)
     assert e.bytes == int(est.LIVE_FLOOR_FACTOR * dry) and e.source == "measured"
     assert "never less than the live tensors" in e.reason
-    small = est.explain("ltx-video", "decode", 256, 160, **{**kw, "frames": 9})
+    small = est.explain("ltx-video-0.9.5", "decode", 512, 320, **{**kw, "frames": 9})
     assert "never less than the live tensors" not in small.reason and small.bytes > est.LIVE_FLOOR_FACTOR * \
-        est.dry_run_bytes(None, "ltx-video", "decode", 256, 160, dtype="bf16", frames=9)
+        est.dry_run_bytes(None, "ltx-video-0.9.5", "decode", 512, 320, dtype="bf16", frames=9)
     line = {"dry_factor": 0.5, "per_sample_factor": 0.0, "base_bytes": 10}
     assert est.calibration_bytes(line, 1000.0, 1000.0, False, 10**6) == est.LIVE_FLOOR_FACTOR * 1000
     assert est.calibration_bytes(line, 10.0, 10.0, False, 10**6) == 15.0

@@ -395,13 +395,6 @@ def _layer(docs: list) -> dict:
                              f"are priced with it; refit layer {i + 1} with `vaemem fit`")
         if "/untiled" not in key:
             continue
-        older = [j for j in onednn if docs[j]["schema_version"] < PER_KNOT_SCHEMA]
-        if older and any(isinstance(st.get(f), list) for f in HIDDEN_FACTORS):
-            # a factor per knot is at most the largest over the grid that older lines were fitted with: under
-            raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds a oneDNN factor per knot (schema "
-                             f"{PER_KNOT_SCHEMA}), and layer {older[0] + 1}'s oneDNN lines (schema "
-                             f"{docs[older[0]]['schema_version']}) were fitted with one for every clip length; "
-                             f"refit layer {older[0] + 1} with `vaemem fit`")
         for f, cached in zip(HIDDEN_FACTORS, ("onednn_peak_bytes", "onednn_peak_bytes_no_amx")):
             if f == HIDDEN_FACTORS[1] and "/fp32/" in key:
                 continue
@@ -427,6 +420,27 @@ def _layer(docs: list) -> dict:
                              f"{'lacks' if lacks == i else 'carries'} the live bytes at its convolutions' calls, "
                              f"which layer {j + 1}'s oneDNN lines were fitted {'with' if lacks == i else 'without'}; "
                              f"refit layer {lacks + 1} with `vaemem fit`")
+    # the factors a structure carries must be those its key's oneDNN lines were fitted with (checked after the
+    # fields above, which an older layer lacks): one number for lines older than 17 (a list, at most the largest,
+    # would price them under), one per knot for lines of 17 whose own layer's structure had them (an older
+    # layer's one number, the largest, would price them over: HunyuanVideo 1.5's bf16 clips 1.44x)
+    for key, (i, st) in sorted(winner.items()):
+        if "/untiled" not in key:
+            continue
+        knots = any(isinstance(st.get(f), list) for f in HIDDEN_FACTORS)
+        older = [j for j in onednn if docs[j]["schema_version"] < PER_KNOT_SCHEMA]
+        if older and knots:
+            raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds a oneDNN factor per knot (schema "
+                             f"{PER_KNOT_SCHEMA}), and layer {older[0] + 1}'s oneDNN lines (schema "
+                             f"{docs[older[0]]['schema_version']}) were fitted with one for every clip length; "
+                             f"refit layer {older[0] + 1} with `vaemem fit`")
+        knotted = [j for j in onednn if j != i and docs[j]["schema_version"] >= PER_KNOT_SCHEMA and any(
+            isinstance(docs[j].get("structures", {}).get(key, {}).get(f), list) for f in HIDDEN_FACTORS)]
+        if knotted and not knots:
+            raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds one oneDNN factor for every clip "
+                             f"length, and layer {knotted[0] + 1}'s oneDNN lines (schema "
+                             f"{docs[knotted[0]]['schema_version']}) were fitted with one per knot; refit layer "
+                             f"{i + 1} with `vaemem fit`")
     models: dict = {}
     groups: dict = {}
     calibrations: dict = {}
@@ -911,10 +925,11 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
     for name, st in structures.items():
         _check_structure(st, f"{source}: structures.{name}")
-        for f in HIDDEN_FACTORS:  # one per knot: an older file's lines were fitted with the largest
-            _need(not isinstance(st.get(f), list) or layered or version >= PER_KNOT_SCHEMA,
-                  f"{source}: structures.{name}.{f}", f"one number (one per knot from schema {PER_KNOT_SCHEMA})",
-                  st.get(f))
+        for where, part in ((name, st), (f"{name}.tile_working_set", st.get("tile_working_set") or {})):
+            for f in HIDDEN_FACTORS:  # one per knot: an older file's lines were fitted with the largest
+                _need(not isinstance(part.get(f), list) or layered or version >= PER_KNOT_SCHEMA,
+                      f"{source}: structures.{where}.{f}", f"one number (one per knot from schema {PER_KNOT_SCHEMA})",
+                      part.get(f))
         if "onednn_hidden_factor_no_amx" in st:  # an older file's lines were fitted without it: never read there
             _need((layered or version >= NO_AMX_SCHEMA) and name.split("/")[2:3] != ["fp32"]
                   and "/untiled" in name, f"{source}: structures.{name}.onednn_hidden_factor_no_amx",
@@ -1981,7 +1996,7 @@ class _Plan:
                     return whole[:6] + (one,)
                 return env + self.cast_bytes, env, dry, 0, "floored" if floored else "", 0.0, one
             v, _, floored = _transfer(self.calib, kd, k1, self.arch_video and f == 1, w * h, copy, dry,
-                                      self.variant_at(w, h, b, f, t), self.own_untiled(), t is None)
+                                      self.variant_at(w, h, b, f, t), self.own_untiled(f), t is None)
             env = int(v)
             if single > env:
                 return single + self.cast_bytes, single, dry, 0, "one sample", 0.0, one
@@ -2092,12 +2107,13 @@ class _Plan:
         scaled = int(env * max(1.0, dry / whole_dry))  # never below the untiled request: campaign 24 measured both
         return scaled + total - env, scaled, dry, floor, "whole", ref, one
 
-    def own_untiled(self) -> dict | None:
-        """A tiled request's architecture's own untiled line on its platform (:func:`transfer_bytes`), else None;
-        None also where the two plans' lines are in different dry runs (the tiled one an AMX CPU's upper bound,
-        the untiled one measured without AMX: other oneDNN buffers)."""
+    def own_untiled(self, f: int) -> dict | None:
+        """A tiled request's (of ``f`` frames) architecture's own untiled line on its platform
+        (:func:`transfer_bytes`), else None; None also where the two plans' lines are in different dry runs (the
+        tiled one an AMX CPU's upper bound, the untiled one measured without AMX: other oneDNN buffers; or the tiled
+        lines of a file of schema 9, in the plain dry run, where the untiled structure has a factor above 1)."""
         u = self.whole
-        if u is None or u.amx_bound != self.amx_bound or u.hidden != self.hidden:
+        if u is None or u.amx_bound != self.amx_bound or u.hidden_at(f) != self.hidden_at(f):
             return None
         return u.own
 
@@ -2237,7 +2253,7 @@ def hidden_factor_at(value: float | list, knots: list, frames: int) -> float:
     return value[max(bisect.bisect_right(knots, frames) - 1, 0)]
 
 
-def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True, frames: int = 1) -> float:
+def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True, frames: int) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
     the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (in a file of schema 14 or older
     the math path's as well; from 15 the fused one's, on the fused part alone: :func:`_dry_peak`) on a
@@ -2750,8 +2766,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         # the line that set the price: the class line, or one architecture's where it reserves more
         top = transfer_bytes(calib, dry, one, single, px, copy, live,
                              plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
-                             plan.own_untiled(), tile is None)[1]
-        chosen = transfer_line(calib, top, plan.own_untiled())
+                             plan.own_untiled(int(frames)), tile is None)[1]
+        chosen = transfer_line(calib, top, plan.own_untiled(int(frames)))
         branch = ""
         if "copy_line" in chosen:  # an own untiled line: the larger of its live line and its copy branch prices
             args = (dry, one, single, px, copy)
@@ -2766,10 +2782,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                        if top == OWN_UNTILED else transfer_line_words(top))
                  + f", the highest here of the {calib['kernel']} class line of "
                    f"{', '.join(sorted(calib['architectures']))}, their own"
-                 + (f" and {OWN_UNTILED}" if plan.own_untiled() is not None and top != OWN_UNTILED else ""))
+                 + (f" and {OWN_UNTILED}" if plan.own_untiled(int(frames)) is not None and top != OWN_UNTILED else ""))
         if plan.amx_bound:
             which += f" on {AMX_BACKEND}"
-        where = "tiled here" if plan.own_untiled() is not None else "here"
+        where = "tiled here" if plan.own_untiled(int(frames)) is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _live_floor_says(chosen, dry, one, single, px, copy, live, tile is None)
                   + _line_terms(line, dry, one, single))

@@ -322,7 +322,7 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
-def hidden_of(key: dict[str, Any], structures: dict[str, Any], frames: int = 1) -> float:
+def hidden_of(key: dict[str, Any], structures: dict[str, Any], *, frames: int) -> float:
     """The factor from the dry-run peak of a point of group ``key`` to the one its platform's lines are in
     (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; every
     point of the group takes its untiled structure's, a tiled or sliced one too; a math-path point's attention peak
@@ -361,7 +361,7 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     d = dry_of(point, key, structures)
     if d is None:
         return None
-    kd = dry_of(point, key, structures, hidden_of(key, structures, point["frames"]))
+    kd = dry_of(point, key, structures, hidden_of(key, structures, frames=point["frames"]))
     q = point
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
