@@ -1201,3 +1201,23 @@ def test_the_reason_says_when_the_resident_branch_prices():
     assert line["resident_factor"] == 1.05 and line["resident_bytes"] > 0
     small = est.explain("wan22", "encode", 160, 96, **kw)
     assert "the least any of its points needed" not in small.reason  # in its points' range the line prices
+
+
+def test_a_batch_at_one_samples_price_explains_that_sample_as_requested(monkeypatch):
+    """Where a batch takes one sample's price (its line prices one sample by the most a convolution's call holds,
+    the batch below it), the reason explains that one sample's request, tiled as the batch is: not the untiled
+    request, which another line prices. No shipped line prices a tiled batch so: the plan's price is made to."""
+    real = est._Plan.price
+
+    def price(self, w, h, b, f, t):  # noqa: ANN001, ANN202
+        r = real(self, w, h, 1, f, t)
+        return r[:4] + ("one sample",) + r[5:] if b > 1 else r
+
+    monkeypatch.setattr(est._Plan, "price", price)
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", frames=9, tile=256)
+    one = est.explain("wan21", "decode", 768, 512, **kw)
+    two = est.explain("wan21", "decode", 768, 512, batch=2, **kw)
+    untiled = est.explain("wan21", "decode", 768, 512, **{**kw, "tile": None})
+    assert "at one sample's price" in two.reason and two.reason.endswith(one.reason)
+    assert two.group == one.group != untiled.group
+    est.clear_cache()

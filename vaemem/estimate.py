@@ -2699,8 +2699,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         dry = top
         if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
             e1 = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                         allocator=allocator, os=os, frames=frames, cast=cast, attention=attention,
-                         coefficients=coefficients)
+                         allocator=allocator, os=os, frames=frames, tile=tile, cast=cast, attention=attention,
+                         coefficients=coefficients)  # the same request of one sample (tiled as it is)
             return Estimate(total, e1.source, e1.group, f"a batch of {int(batch)} at one sample's price, which it "
                             f"never needs less than (its line prices one sample by the most a convolution's call "
                             f"holds, a batch by its dry run and transient, here less): {e1.reason}", env,
