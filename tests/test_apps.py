@@ -596,9 +596,19 @@ def test_a_newer_structure_serves_older_onednn_lines_by_their_schemas_factor():
     # the other way round: that schema-16 file's one factor (the largest) before the packaged lines of 17, fitted
     # with one per clip length, would price them over (HunyuanVideo 1.5's bf16 clips 1.44x): refused as well
     with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ holds one oneDNN factor for every "
-                                         r"clip length, and layer 2's oneDNN lines \(schema 17\) were fitted with "
-                                         r"one per knot; refit layer 1 with `vaemem fit`"):
+                                         r"clip length \(schema 16\), and layer 2's oneDNN lines \(schema 17\) were "
+                                         r"fitted with one per knot; refit layer 1 with `vaemem fit`"):
         est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[mine, None], **kw)
+    # the same where the newer layer lacks that structure (its lines, of 17, price it by the older one's)
+    lacking = json.loads(PACKAGED.read_text())
+    del lacking["structures"]["hunyuanvideo-1.5/encode/bf16/untiled"]
+    with pytest.raises(ValueError, match=r"coefficients layer 2's structure hunyuanvideo-1.5/encode/bf16/untiled "
+                                         r"holds one oneDNN factor for every clip length \(schema 16\)"):
+        est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[lacking, mine], **kw)
+    # a GPU rig's file of 17 without oneDNN lines layers over the packaged one: the same structures, the same price
+    gpu = _without_onednn(json.loads(PACKAGED.read_text()))
+    assert est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[gpu, None], **kw).bytes == \
+        est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, **kw).bytes
     alone = est.explain("sd15", "decode", 1024, 1024, coefficients=ten, **kw)
     layered = est.explain("sd15", "decode", 1024, 1024, coefficients=[mine, ten], **kw)
     factor = ten["structures"]["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]

@@ -420,10 +420,11 @@ def _layer(docs: list) -> dict:
                              f"{'lacks' if lacks == i else 'carries'} the live bytes at its convolutions' calls, "
                              f"which layer {j + 1}'s oneDNN lines were fitted {'with' if lacks == i else 'without'}; "
                              f"refit layer {lacks + 1} with `vaemem fit`")
-    # the factors a structure carries must be those its key's oneDNN lines were fitted with (checked after the
-    # fields above, which an older layer lacks): one number for lines older than 17 (a list, at most the largest,
-    # would price them under), one per knot for lines of 17 whose own layer's structure had them (an older
-    # layer's one number, the largest, would price them over: HunyuanVideo 1.5's bf16 clips 1.44x)
+    # the factors a structure carries must be those the oneDNN lines were fitted with (checked after the fields
+    # above, which an older layer lacks): one number for lines older than 17 (a list, at most the largest, would
+    # price them under), and for lines of 17 a video structure of 17 (an older layer's one number for every clip
+    # length, the largest, would price them over: HunyuanVideo 1.5's bf16 clips 1.44x)
+    newer = [j for j in onednn if docs[j]["schema_version"] >= PER_KNOT_SCHEMA]
     for key, (i, st) in sorted(winner.items()):
         if "/untiled" not in key:
             continue
@@ -434,13 +435,12 @@ def _layer(docs: list) -> dict:
                              f"{PER_KNOT_SCHEMA}), and layer {older[0] + 1}'s oneDNN lines (schema "
                              f"{docs[older[0]]['schema_version']}) were fitted with one for every clip length; "
                              f"refit layer {older[0] + 1} with `vaemem fit`")
-        knotted = [j for j in onednn if j != i and docs[j]["schema_version"] >= PER_KNOT_SCHEMA and any(
-            isinstance(docs[j].get("structures", {}).get(key, {}).get(f), list) for f in HIDDEN_FACTORS)]
-        if knotted and not knots:
+        if newer and docs[i]["schema_version"] < PER_KNOT_SCHEMA and len(st.get("knots", [1])) > 1 \
+                and any(f in st for f in HIDDEN_FACTORS):
             raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds one oneDNN factor for every clip "
-                             f"length, and layer {knotted[0] + 1}'s oneDNN lines (schema "
-                             f"{docs[knotted[0]]['schema_version']}) were fitted with one per knot; refit layer "
-                             f"{i + 1} with `vaemem fit`")
+                             f"length (schema {docs[i]['schema_version']}), and layer {newer[0] + 1}'s oneDNN lines "
+                             f"(schema {docs[newer[0]]['schema_version']}) were fitted with one per knot; refit "
+                             f"layer {i + 1} with `vaemem fit`")
     models: dict = {}
     groups: dict = {}
     calibrations: dict = {}
