@@ -375,9 +375,18 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     def on_term(signum: int, frame: Any) -> None:
         raise Terminated()
 
+    def lines(path: Path) -> int:
+        """The records in ``path`` (each append is one whole line or nothing)."""
+        try:
+            with open(path, "rb") as f:
+                return sum(1 for _ in f)
+        except FileNotFoundError:
+            return 0
+
     previous = signal.signal(signal.SIGTERM, on_term)
     console = _console()
     records: list[dict] = []
+    start = lines(out)
     planned: list[int] = []
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
@@ -404,7 +413,8 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
             bar.stop()
     except KeyboardInterrupt as stop:
         how = "terminated" if isinstance(stop, Terminated) else "interrupted"
-        typer.echo(f"{how}: {_count(len(records), 'run')} kept in {out}", err=True)
+        # the file's count: an interrupt can land between a record's append and the callback that counts it
+        typer.echo(f"{how}: {_count(lines(out) - start, 'run')} kept in {out}", err=True)
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     except VaememError as e:  # e.g. a full disk: the sweep stops, and says what it kept
         raise VaememError(f"{e}; the sweep stopped, {_count(len(records), 'run')} kept in {out}", e.exit_code) from None
