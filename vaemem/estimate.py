@@ -425,12 +425,11 @@ def _layer(docs: list) -> dict:
     # price them under), and for lines of 17 a video structure of 17 (an older layer's one number for every clip
     # length, the largest, would price them over: HunyuanVideo 1.5's bf16 clips 1.44x)
     newer = [j for j in onednn if docs[j]["schema_version"] >= PER_KNOT_SCHEMA]
+    older = [j for j in onednn if docs[j]["schema_version"] < PER_KNOT_SCHEMA]
     for key, (i, st) in sorted(winner.items()):
         if "/untiled" not in key:
             continue
-        knots = any(isinstance(st.get(f), list) for f in HIDDEN_FACTORS)
-        older = [j for j in onednn if docs[j]["schema_version"] < PER_KNOT_SCHEMA]
-        if older and knots:
+        if older and any(isinstance(st.get(f), list) for f in HIDDEN_FACTORS):
             raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds a oneDNN factor per knot (schema "
                              f"{PER_KNOT_SCHEMA}), and layer {older[0] + 1}'s oneDNN lines (schema "
                              f"{docs[older[0]]['schema_version']}) were fitted with one for every clip length; "
@@ -2032,8 +2031,11 @@ class _Plan:
         (:func:`onednn_hidden_factor`; 1 where they are in the plain one), cached per clip length."""
         k = self.hidden_f.get(f)
         if k is None:
-            k = 1.0 if self.hidden is None else onednn_hidden_factor(
-                self.hidden[0], *self.hidden[1:3], no_amx=self.hidden[3], frames=f)
+            if self.hidden is None:
+                k = 1.0
+            else:
+                backend, untiled, math_path, no_amx = self.hidden
+                k = onednn_hidden_factor(backend, untiled, math_path, no_amx=no_amx, frames=f)
             self.hidden_f[f] = k
         return k
 
@@ -2764,10 +2766,11 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
         # the line that set the price: the class line, or one architecture's where it reserves more
+        own_untiled = plan.own_untiled(int(frames))
         top = transfer_bytes(calib, dry, one, single, px, copy, live,
                              plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
-                             plan.own_untiled(int(frames)), tile is None)[1]
-        chosen = transfer_line(calib, top, plan.own_untiled(int(frames)))
+                             own_untiled, tile is None)[1]
+        chosen = transfer_line(calib, top, own_untiled)
         branch = ""
         if "copy_line" in chosen:  # an own untiled line: the larger of its live line and its copy branch prices
             args = (dry, one, single, px, copy)
@@ -2782,10 +2785,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                        if top == OWN_UNTILED else transfer_line_words(top))
                  + f", the highest here of the {calib['kernel']} class line of "
                    f"{', '.join(sorted(calib['architectures']))}, their own"
-                 + (f" and {OWN_UNTILED}" if plan.own_untiled(int(frames)) is not None and top != OWN_UNTILED else ""))
+                 + (f" and {OWN_UNTILED}" if own_untiled is not None and top != OWN_UNTILED else ""))
         if plan.amx_bound:
             which += f" on {AMX_BACKEND}"
-        where = "tiled here" if plan.own_untiled(int(frames)) is not None else "here"
+        where = "tiled here" if own_untiled is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + _live_floor_says(chosen, dry, one, single, px, copy, live, tile is None)
                   + _line_terms(line, dry, one, single))
