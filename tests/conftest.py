@@ -70,7 +70,8 @@ def as_schema(doc: dict, version: int) -> dict:
     factor of a CPU without AMX, and no own line a copy branch; before 12 no structure the live bytes at its
     convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines; before
     15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove); before 16 no line a flat
-    branch; before 17 no structure a oneDNN factor per knot (it held the largest)."""
+    branch; before 17 no structure a oneDNN factor per knot (it held the largest); before 18 no calibration a first
+    call's cost."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
@@ -103,6 +104,9 @@ def as_schema(doc: dict, version: int) -> dict:
                 for name in est.HIDDEN_FACTORS:
                     if isinstance(part.get(name), list):
                         part[name] = max(part[name])
+    if version < 18:
+        for c in doc.get("calibrations", []):
+            c.pop("first_call_bytes", None)
     return doc
 
 

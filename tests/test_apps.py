@@ -596,7 +596,8 @@ def test_a_newer_structure_serves_older_onednn_lines_by_their_schemas_factor():
     # the other way round: that schema-16 file's one factor (the largest) before the packaged lines of 17, fitted
     # with one per clip length, would price them over (HunyuanVideo 1.5's bf16 clips 1.44x): refused as well
     with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ holds one oneDNN factor for every "
-                                         r"clip length \(schema 16\), and layer 2's oneDNN lines \(schema 17\) were "
+                                         r"clip length \(schema 16\), and layer 2's oneDNN lines "
+                                         rf"\(schema {est.SCHEMA_VERSION}\) were "
                                          r"fitted with one per knot; refit layer 1 with `vaemem fit`"):
         est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[mine, None], **kw)
     # the same where the newer layer lacks that structure (its lines, of 17, price it by the older one's)

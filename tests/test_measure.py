@@ -208,6 +208,9 @@ def test_cpu_probe_known_answer_in_process():
     del block
     demand, deltas = demand_from(readings)
     assert 64 * MIB <= demand < 72 * MIB, demand / MIB
+    # the block is anonymous memory, no file's pages: the split the probe keeps beside the demand
+    assert readings["after_rss_anon_bytes"] - readings["baseline_rss_anon_bytes"] >= 64 * MIB
+    assert abs(readings["after_rss_file_bytes"] - readings["baseline_rss_file_bytes"]) < 8 * MIB
 
 
 def test_cpu_probe_reads_proc_status_fields(tmp_path):
@@ -219,6 +222,19 @@ def test_cpu_probe_reads_proc_status_fields(tmp_path):
     (tmp_path / "status").write_text("VmHWM:\t    5000 kB\nVmRSS:\t    2000 kB\n")
     r = probe.stop()
     assert r == {"baseline_rss_bytes": 1000 * 1024, "peak_rss_bytes": 5000 * 1024, "after_rss_bytes": 2000 * 1024}
+
+
+def test_cpu_probe_keeps_file_and_anonymous_resident_sizes_beside_the_demand(tmp_path):
+    (tmp_path / "clear_refs").write_text("")
+    (tmp_path / "status").write_text("VmHWM:\t 1000 kB\nVmRSS:\t 1000 kB\nRssAnon:\t 600 kB\nRssFile:\t 400 kB\n")
+    probe = CpuProbe(tmp_path)
+    probe.start()
+    (tmp_path / "status").write_text("VmHWM:\t 5000 kB\nVmRSS:\t 2000 kB\nRssAnon:\t 1100 kB\nRssFile:\t 900 kB\n")
+    r = probe.stop()
+    assert r == {"baseline_rss_bytes": 1000 * 1024, "peak_rss_bytes": 5000 * 1024, "after_rss_bytes": 2000 * 1024,
+                 "baseline_rss_file_bytes": 400 * 1024, "after_rss_file_bytes": 900 * 1024,
+                 "baseline_rss_anon_bytes": 600 * 1024, "after_rss_anon_bytes": 1100 * 1024}
+    assert demand_from(r) == (4000 * 1024, {"rss": 4000 * 1024})  # no peak: never part of the demand
 
 
 def test_cpu_probe_without_proc_is_a_clear_error(tmp_path):

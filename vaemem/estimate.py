@@ -147,7 +147,12 @@ from collections.abc import Callable, Iterator
 # 5-33 frames);
 # a file of 16 is one of 17 whose factors are one number each, so it stays readable, but its oneDNN lines do not
 # layer with those of 17.
-SCHEMA_VERSION = 17
+# 18: an untiled calibration may carry ``first_call_bytes``, the most any of its architectures needed at every point
+# beyond its dry run (a fresh process's one-time cost), which an untiled transfer's floor adds
+# (:func:`transfer_bytes`): a reader of 17 would ignore it (Wan 2.1's smallest bf16 clips on the AMX Xeon, left
+# out: 0.97); a file of 17 is one of 18 without it, so it stays readable and layers with it.
+SCHEMA_VERSION = 18
+FIRST_CALL_SCHEMA = 18  # the first schema whose untiled calibrations may carry first_call_bytes
 PER_KNOT_SCHEMA = 17  # the first schema whose oneDNN factors may be one per knot
 FLAT_SCHEMA = 16  # the first schema whose lines may carry a flat branch
 FLAT_TERMS = ("dry_factor", "per_sample_factor", "base_bytes")  # a flat branch's terms: it never prices one frame
@@ -159,7 +164,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18)
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -851,6 +856,12 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                              f"{calibration_id(c, c['kernel'])!r}")
         _field(c, "agree", w, "bool")
         _field(c, "spread", w, "num>=0")
+        if "first_call_bytes" in c:  # from 18, an untiled transfer's floor adds it
+            _need(version >= FIRST_CALL_SCHEMA or layered, f"{w}.first_call_bytes",
+                  f"absent in a file of schema {version} (from {FIRST_CALL_SCHEMA})", c["first_call_bytes"])
+            _need(not c["tiled"], f"{w}.first_call_bytes", "absent on a tiled calibration (an untiled transfer's)",
+                  c["first_call_bytes"])
+            _field(c, "first_call_bytes", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
             _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat)
         _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat)
@@ -2346,7 +2357,15 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     (Mochi's decode, under at 0.99 out of sample in campaign 29, 1.05-1.06), which raised
     four other medians by 0.01-0.03 (the bf16 decoders without AMX: Wan 2.1 1.10 -> 1.12, HunyuanVideo 1.21 ->
     1.24) and took none past 1.15. A tiled request keeps the live floor: its tiles' dry run with the untiled
-    structure's factor over-states what they hold (the bf16 tiled encoders left out, 1.05-1.08 -> 1.23-1.27)."""
+    structure's factor over-states what they hold (the bf16 tiled encoders left out, 1.05-1.08 -> 1.23-1.27).
+    From schema 18 the untiled floor is of ``dry`` plus the calibration's ``first_call_bytes``, the most that one
+    of its architectures needed beyond its dry run at every point it was measured at
+    (:func:`vaemem.fit.coefficients.first_call_bytes`). Why: a measurement is a fresh process's first call, and a
+    first call costs 10-25 MiB beyond a warm one, which is its dry run (with oneDNN's buffers) within 0.4 %: the
+    code pages and one-time state of the kernels it runs, independent of size and threads and an architecture's
+    own (``benchmarks/first_call_cost.py``: the image encoders 10 MiB, Wan 2.1's and 2.2's encodes 18). Left out,
+    Wan 2.1's bf16 clips on the AMX Xeon, which need their dry run plus 17-25 MiB where the lines of the other
+    video architectures hold less, came out 0.97-0.98; with it 1.03-1.06."""
     return _transfer(calib, dry, dry1, single_frame, frame_pixels, copy_bytes, live, variant, own_untiled,
                      untiled)[:2]
 
@@ -2363,8 +2382,17 @@ def _transfer(calib: dict, dry: float, dry1: float, single_frame: bool, frame_pi
     values = {a: _line_bytes(ln, dry, dry1, single_frame, frame_pixels, copy_bytes) for a, ln in lines.items()}
     # the name: the highest line by its own value (where the floor prices, every line ties at it)
     top = max(values, key=values.__getitem__)
-    floor = LIVE_FLOOR_FACTOR * (dry if untiled or live is None else live)  # calibration_bytes' floor
+    floor = transfer_floor(calib, dry, live, untiled)
     return (floor, top, True) if values[top] < floor else (values[top], top, False)
+
+
+def transfer_floor(calib: dict, dry: float, live: float | None, untiled: bool) -> float:
+    """The least a transfer prices (:func:`transfer_bytes`): :data:`LIVE_FLOOR_FACTOR` x, for an ``untiled``
+    request, its dry run ``dry`` plus the calibration's ``first_call_bytes`` (0 before schema 18), else the live
+    tensors' dry run ``live`` (``dry`` where there is none), as :func:`calibration_bytes`' floor."""
+    if untiled:
+        return LIVE_FLOOR_FACTOR * (dry + calib.get("first_call_bytes", 0))
+    return LIVE_FLOOR_FACTOR * (dry if live is None else live)
 
 
 def transfer_line_words(name: str) -> str:
@@ -2790,7 +2818,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             which += f" on {AMX_BACKEND}"
         where = "tiled here" if own_untiled is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _live_floor_says(chosen, dry, one, single, px, copy, live, tile is None)
+                  + _live_floor_says(chosen, dry, one, single, px, copy, live, calib if tile is None else None)
                   + _line_terms(line, dry, one, single))
         chosen = priced
         seen = chosen.get("transient_seen_bytes")
@@ -2845,15 +2873,22 @@ def _capped_says(plan: _Plan, dry: float) -> str:
 
 
 def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                     copy_bytes: float, live: float, transfer_untiled: bool = False) -> str:
+                     copy_bytes: float, live: float, calib: dict | None = None) -> str:
     """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live`` sets the price,
-    or for an untiled transfer x ``dry`` (:func:`transfer_bytes`) ('' where the line does)."""
-    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, None if transfer_untiled else live)[1]:
+    or for an untiled transfer of calibration ``calib`` its floor (:func:`transfer_floor`) ('' where the line
+    does)."""
+    if calib is not None:
+        floor = transfer_floor(calib, dry, live, True)
+        if _line_bytes(line, dry, dry1, single_frame, frame_pixels, copy_bytes) >= floor:
+            return ""
+        first = calib.get("first_call_bytes", 0)
+        return (f"{LIVE_FLOOR_FACTOR:.2f} x (its dry-run peak {dry / MIB:.0f} MiB"
+                + (f" + {first / MIB:.0f} MiB, the most a measured architecture here needed beyond its dry run at "
+                   f"every point: a first call's one-time cost" if first else "")
+                + ") (an untiled transfer never prices less: the lines here price less than it, and an architecture "
+                  "never measured may need all of it), above ")
+    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, live)[1]:
         return ""
-    if transfer_untiled:
-        return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {dry / MIB:.0f} MiB (an untiled transfer never prices "
-                f"less: the lines here price less than it, and an architecture never measured may need all of it), "
-                f"above ")
     return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {live / MIB:.0f} MiB (never less than the live tensors, "
             f"with the margin), above ")
 

@@ -631,7 +631,20 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
                     "transfer_lines": transfer_lines({a: per_arch[a] for a in archs}, margin, copies),
                     "variant_transfer_lines": transfer_lines(variants, margin, copies),
                     "spread": round(spread, 4), "agree": agree, "torch_versions": sorted(torches)})
+        if not platform["tiled"]:
+            out[-1]["first_call_bytes"] = first_call_bytes({a: per_arch[a] for a in archs})
     return out
+
+
+def first_call_bytes(per_arch: dict[str, list[tuple]]) -> int:
+    """The most, over a class's architectures, of the least bytes each one needed beyond its dry run at its points in
+    the calibration domain (rows as :func:`calibration_line` takes them): a fresh process's first call's one-time
+    cost, the code pages and state of the kernels it runs, which is an architecture's own and which no dry run
+    sees (``benchmarks/first_call_cost.py``); an untiled transfer's floor adds it
+    (:func:`vaemem.estimate.transfer_floor`). 0 where no architecture has a point in the domain."""
+    least = [min(r[2] - r[0] for r in inside) for rows in per_arch.values()
+             if (inside := [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS])]
+    return max(0, int(max(least, default=0)))
 
 
 def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -766,7 +779,7 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
 
 
 # what held_out_prices names a point a floor priced (estimate.transfer_bytes), untiled and tiled
-FLOOR_NAMES = {False: "floor of the dry run", True: "floor of the live tensors"}
+FLOOR_NAMES = {False: "floor of the dry run and a first call", True: "floor of the live tensors"}
 
 
 def held_out_ratios(per_key: dict[str, list[tuple]], margin: float, weight_copy: bool = False,
@@ -801,6 +814,8 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
         calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy),
                  "transfer_lines": {b: ln for b, ln in lines.items() if b != a},
                  "variant_transfer_lines": {k: ln for k, ln in moved.items() if _arch(k) != a}}
+        if not tiled:
+            calib["first_call_bytes"] = first_call_bytes({b: rs for b, rs in per_arch.items() if b != a})
         prices = []
         for k, rows in sorted(per_key.items()):
             if _arch(k) != a:

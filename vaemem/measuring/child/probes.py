@@ -7,6 +7,12 @@ Readings are named ``{baseline,peak,after}_{source}_bytes`` where source is one 
 * ``allocated`` memory in live tensors (``memory_allocated`` / ``max_memory_allocated``),
 * ``rss``       resident memory of the process on the CPU (``/proc/self/status`` VmRSS, peak VmHWM).
 
+On the CPU the probe also keeps ``{baseline,after}_rss_{file,anon}_bytes`` (RssFile, RssAnon) where the kernel
+reports them: the first call of an op faults in the code pages of the kernels it runs (file-backed, clean) and
+builds one-time state (anonymous), 10-25 MiB that a warm second call does not add again
+(``benchmarks/first_call_cost.py``). They have no peak, so they never enter the demand; they are the evidence of
+how much of a fresh process's demand is code.
+
 demand_bytes = max over sources of (peak - baseline). Every raw reading is kept in the record.
 The torch module (``torch.cuda``, ``torch.xpu``) is passed in, so tests drive the GPU path with a fake.
 """
@@ -51,26 +57,30 @@ class CpuProbe(Probe):
     def __init__(self, proc: str | Path = "/proc/self") -> None:
         self.status = Path(proc) / "status"
         self.clear_refs = Path(proc) / "clear_refs"
-        self.baseline = 0
+        self.base: dict[str, int] = {}
 
     def _read(self) -> dict[str, int]:
         try:
             text = self.status.read_text()
         except OSError as e:
             raise VaememError(f"the CPU probe needs Linux /proc ({e})") from None
-        return {k: int(v) * 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(\d+)\s+kB", text, re.M)}
+        return {k: int(v) * 1024 for k, v in re.findall(r"^(VmRSS|VmHWM|RssFile|RssAnon):\s+(\d+)\s+kB", text, re.M)}
 
     def start(self) -> None:
         try:
             self.clear_refs.write_text("5")
         except OSError as e:
             raise VaememError(f"cannot reset the peak resident memory through {self.clear_refs} ({e})") from None
-        self.baseline = self._read()["VmRSS"]
+        self.base = self._read()
 
     def stop(self) -> dict[str, int]:
         now = self._read()
-        return {"baseline_rss_bytes": self.baseline, "peak_rss_bytes": max(now["VmHWM"], now["VmRSS"]),
-                "after_rss_bytes": now["VmRSS"]}
+        out = {"baseline_rss_bytes": self.base["VmRSS"], "peak_rss_bytes": max(now["VmHWM"], now["VmRSS"]),
+               "after_rss_bytes": now["VmRSS"]}
+        for field, name in (("RssFile", "rss_file"), ("RssAnon", "rss_anon")):  # Linux 4.5+; absent before
+            if field in self.base and field in now:
+                out[f"baseline_{name}_bytes"], out[f"after_{name}_bytes"] = self.base[field], now[field]
+        return out
 
 
 class _Sampler:

@@ -1,0 +1,104 @@
+"""What a fresh process's first decode or encode costs beyond a warm one, and how close a warm call is to the dry run.
+
+    python benchmarks/first_call_cost.py                      # Linux; re-runs itself under glibc-fixed
+    python benchmarks/first_call_cost.py wan21 encode bf16 160 96 9 [MODEL OP DTYPE WIDTH HEIGHT FRAMES ...]
+
+A measurement is the op's first call in a fresh process (``vaemem.measuring.child.worker``), as an app's first
+call is. Each point here runs in a process of its own: the model built from its config, the op run twice under
+the CPU probe (``CpuProbe``: the resident peak above the resident size before the call), then the dry run of the
+same point with oneDNN's buffers for this CPU (``onednn_peak_bytes``, with AMX, or ``_no_amx``). Prints, in MiB:
+the first call's demand, the second's, the dry run, warm / dry, first - warm, and what the first call left
+resident for good, file-backed (code pages of the kernels it ran for the first time: clean, shared, reclaimable)
+and anonymous.
+
+Found on 2026-12-06 (AMD EPYC, AVX512-BF16, no AMX, torch 2.13.0; 15 points, 6 min): a warm call is its dry run
+with oneDNN's buffers within 0.4 % for the SD, FLUX, CogView4, SANA and Wan families (SD1.5's bf16 decode at
+256 px: 127.9 MiB warm, 128.0 dry; Wan 2.1's bf16 encode at 160x96 x 9: 115.9 and 115.4), the weight-copy
+architectures (HunyuanImage-2.1's decode, whose largest convolution's reordered weight no dry run holds) apart.
+The first call costs 10-25 MiB more, independent of size (SD1.5's decode: 20.5, 22.3, 22.7 MiB at 128, 256,
+512 px) and of threads (20.1 with one) and not oneDNN's primitive caches (the same with
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 LRU_CACHE_CAPACITY=0``): it leaves about 16 MiB of code pages and 7 MiB of
+anonymous memory resident. That one-time cost is the intercept of every CPU calibration line, and it is an
+architecture's own: Wan 2.1 and 2.2 (29 distinct convolution calls, more kernels) pay 18-22 MiB in an encode
+where the image encoders pay 10, which is why Wan 2.1's smallest clips, priced from the other video
+architectures' lines, come out 0.97-0.98 on the AMX Xeon (``fits/REPORT.md``, leave one architecture out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # glibc-fixed, as a CPU rig measures
+MIB = 2**20
+DEFAULT = (("sd15", "encode", "bf16", 256, 256, 1), ("sd15", "decode", "bf16", 256, 256, 1),
+           ("sd15", "decode", "bf16", 128, 128, 1), ("sd15", "decode", "bf16", 512, 512, 1),
+           ("flux1", "decode", "bf16", 256, 256, 1), ("cogview4", "encode", "bf16", 256, 256, 1),
+           ("sana-dc-ae", "decode", "bf16", 256, 256, 1), ("hunyuanimage-2.1", "decode", "bf16", 256, 256, 1),
+           ("wan21", "encode", "bf16", 160, 96, 9), ("wan21", "encode", "bf16", 320, 192, 9),
+           ("wan21", "decode", "bf16", 160, 96, 9), ("wan22", "encode", "bf16", 160, 96, 9),
+           ("hunyuanvideo", "encode", "bf16", 160, 96, 9), ("ltx-video", "encode", "bf16", 160, 96, 9),
+           ("sd15", "decode", "fp32", 256, 256, 1))
+
+
+def one(model: str, op: str, dtype: str, width: int, height: int, frames: int) -> dict:
+    """In this process: the first and the second call's readings and the dry run's peak, in bytes."""
+    import torch
+
+    from vaemem.measuring.child.probes import CpuProbe, demand_from
+    from vaemem.models.build import build_model, input_shape, make_input, run_op
+    from vaemem.models.zoo import get_spec
+    from vaemem.tracing.trace import TraceSpec, trace
+
+    spec = get_spec(model)
+    m = build_model(model, op, "cpu", dtype)
+    x = make_input(input_shape(spec, op, width, height, 1, frames), "cpu", dtype)
+    calls = []
+    for _ in range(2):
+        probe = CpuProbe()
+        probe.start()
+        with torch.inference_mode():
+            out = run_op(m, op, x)
+        readings = probe.stop()
+        del out
+        calls.append({"demand": demand_from(readings)[0], **readings})
+    amx = "amx_tile" in open("/proc/cpuinfo").read()
+    t = trace(TraceSpec(model, op, dtype, width, height, frames=frames))
+    dry = t.onednn_peak_bytes if amx or dtype == "fp32" else t.onednn_peak_bytes_no_amx
+    return {"first": calls[0], "warm": calls[1], "dry": dry}
+
+
+def main(points: list[tuple]) -> None:
+    print("| point | first call | warm call | dry run | warm / dry | first - warm | first call left resident: file, "
+          "anonymous |")
+    print("|---|---|---|---|---|---|---|")
+    for p in points:
+        r = subprocess.run([sys.executable, __file__, "--one", *map(str, p)], capture_output=True, text=True)
+        if r.returncode:
+            print(f"| {' '.join(map(str, p))} | failed: {(r.stderr.strip().splitlines() or ['?'])[-1]} |||||| ")
+            continue
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        f, w = d["first"], d["warm"]
+        left = (f"{(f['after_rss_file_bytes'] - f['baseline_rss_file_bytes']) / MIB:.1f}, "
+                f"{(f['after_rss_anon_bytes'] - f['baseline_rss_anon_bytes']) / MIB:.1f}"
+                if "after_rss_file_bytes" in f else "n/a")
+        print(f"| {p[0]} {p[1]} {p[2]} {p[3]}x{p[4]} x {p[5]} | {f['demand'] / MIB:.1f} | {w['demand'] / MIB:.1f} | "
+              f"{d['dry'] / MIB:.1f} | {w['demand'] / d['dry']:.3f} | {(f['demand'] - w['demand']) / MIB:.1f} | "
+              f"{left} |", flush=True)
+
+
+def _points(args: list[str]) -> list[tuple]:
+    if len(args) % 6:
+        sys.exit("give points as MODEL OP DTYPE WIDTH HEIGHT FRAMES, six words each")
+    return [(a, b, c, int(w), int(h), int(f)) for a, b, c, w, h, f in zip(*[iter(args)] * 6)]
+
+
+if __name__ == "__main__":
+    if any(os.environ.get(k) != v for k, v in ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ENV})
+    if sys.argv[1:2] == ["--one"]:
+        print(json.dumps(one(*_points(sys.argv[2:])[0])))
+    else:
+        main(_points(sys.argv[1:]) or list(DEFAULT))
