@@ -6,7 +6,7 @@
 A measurement is the op's first call in a fresh process (``vaemem.measuring.child.worker``), as an app's first
 call is. Each point here runs in a process of its own: the model built from its config, the op run twice under
 the CPU probe (``CpuProbe``: the resident peak above the resident size before the call), then the dry run of the
-same point with oneDNN's buffers for this CPU (``onednn_peak_bytes``, with AMX, or ``_no_amx``). Prints, in MiB:
+same point with oneDNN's buffers for this CPU's backend (``vaemem.estimate.conv_backend``). Prints, in MiB:
 the first call's demand, the second's, the dry run, warm / dry, first - warm, and what the first call left
 resident for good, file-backed (code pages of the kernels it ran for the first time: clean, shared, reclaimable)
 and anonymous.
@@ -47,6 +47,7 @@ def one(model: str, op: str, dtype: str, width: int, height: int, frames: int) -
     """In this process: the first and the second call's readings and the dry run's peak, in bytes."""
     import torch
 
+    from vaemem.estimate import WEIGHT_COPY_BACKENDS, conv_backend
     from vaemem.measuring.child.probes import CpuProbe, demand_from
     from vaemem.models.build import build_model, input_shape, make_input, run_op
     from vaemem.models.zoo import get_spec
@@ -64,9 +65,12 @@ def one(model: str, op: str, dtype: str, width: int, height: int, frames: int) -
         readings = probe.stop()
         del out
         calls.append({"demand": demand_from(readings)[0], **readings})
-    amx = "amx_tile" in open("/proc/cpuinfo").read()
     t = trace(TraceSpec(model, op, dtype, width, height, frames=frames))
-    dry = t.onednn_peak_bytes if amx or dtype == "fp32" else t.onednn_peak_bytes_no_amx
+    # the dry run this CPU's lines are in: by the estimator's rule for the backend (a CPU without AMX: its own in
+    # half precision; aten: the plain one)
+    backend = conv_backend(torch, "cpu", dtype)
+    dry = t.peak_bytes if backend not in WEIGHT_COPY_BACKENDS else \
+        t.onednn_peak_bytes_no_amx if backend == "onednn" and dtype != "fp32" else t.onednn_peak_bytes
     return {"first": calls[0], "warm": calls[1], "dry": dry}
 
 

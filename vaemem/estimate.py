@@ -2793,11 +2793,11 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
-        # the line that set the price: the class line, or one architecture's where it reserves more
+        # the line that set the price: the class line, or one architecture's where it reserves more; or the floor
         own_untiled = plan.own_untiled(int(frames))
-        top = transfer_bytes(calib, dry, one, single, px, copy, live,
-                             plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
-                             own_untiled, tile is None)[1]
+        _, top, floored = _transfer(calib, dry, one, single, px, copy, live,
+                                    plan.variant_at(int(width), int(height), int(batch), int(frames), tile),
+                                    own_untiled, tile is None)
         chosen = transfer_line(calib, top, own_untiled)
         branch = ""
         if "copy_line" in chosen:  # an own untiled line: the larger of its live line and its copy branch prices
@@ -2818,7 +2818,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             which += f" on {AMX_BACKEND}"
         where = "tiled here" if own_untiled is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
-                  + _live_floor_says(chosen, dry, one, single, px, copy, live, calib if tile is None else None)
+                  + (_transfer_floor_says(calib, dry, live, tile is None) if floored else "")
                   + _line_terms(line, dry, one, single))
         chosen = priced
         seen = chosen.get("transient_seen_bytes")
@@ -2873,24 +2873,30 @@ def _capped_says(plan: _Plan, dry: float) -> str:
 
 
 def _live_floor_says(line: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int,
-                     copy_bytes: float, live: float, calib: dict | None = None) -> str:
-    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live`` sets the price,
-    or for an untiled transfer of calibration ``calib`` its floor (:func:`transfer_floor`) ('' where the line
-    does)."""
-    if calib is not None:
-        floor = transfer_floor(calib, dry, live, True)
-        if _line_bytes(line, dry, dry1, single_frame, frame_pixels, copy_bytes) >= floor:
-            return ""
-        first = calib.get("first_call_bytes", 0)
-        return (f"{LIVE_FLOOR_FACTOR:.2f} x (its dry-run peak {dry / MIB:.0f} MiB"
-                + (f" + {first / MIB:.0f} MiB, the most a measured architecture here needed beyond its dry run at "
-                   f"every point: a first call's one-time cost" if first else "")
-                + ") (an untiled transfer never prices less: the lines here price less than it, and an architecture "
-                  "never measured may need all of it), above ")
-    if not _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, live)[1]:
-        return ""
+                     copy_bytes: float, live: float) -> str:
+    """What a reason says where :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live`` sets an own
+    line's price ('' where the line does)."""
+    return _live_floor_words(live) if _floored(line, dry, dry1, single_frame, frame_pixels, copy_bytes, live)[1] \
+        else ""
+
+
+def _live_floor_words(live: float) -> str:
+    """The reason's words for :data:`LIVE_FLOOR_FACTOR` x the live tensors' dry-run peak ``live``."""
     return (f"{LIVE_FLOOR_FACTOR:.2f} x its dry-run peak {live / MIB:.0f} MiB (never less than the live tensors, "
             f"with the margin), above ")
+
+
+def _transfer_floor_says(calib: dict, dry: float, live: float, untiled: bool) -> str:
+    """What a reason says where a transfer's floor (:func:`transfer_floor`) set its price: for an ``untiled``
+    request the dry run ``dry`` and the calibration's ``first_call_bytes``, else the live tensors ``live``."""
+    if not untiled:
+        return _live_floor_words(live)
+    first = calib.get("first_call_bytes", 0)
+    return (f"{LIVE_FLOOR_FACTOR:.2f} x (its dry-run peak {dry / MIB:.0f} MiB"
+            + (f" + {first / MIB:.0f} MiB, the most a measured architecture here needed beyond its dry run at "
+               f"every point: a first call's one-time cost" if first else "")
+            + ") (an untiled transfer never prices less: the lines here price less than it, and an architecture "
+              "never measured may need all of it), above ")
 
 
 def _copy_says(plan: _Plan, tile: object) -> str:
