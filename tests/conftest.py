@@ -110,6 +110,24 @@ def as_schema(doc: dict, version: int) -> dict:
     return doc
 
 
+SCHEMA18_LINES = Path(__file__).parent / "data" / "schema18_lines.json"
+
+
+def with_schema18_lines(doc: dict) -> dict:
+    """``doc`` relabelled as a file of schema 18 (:func:`as_schema`), in place, with LTX-Video 0.9.5's untiled bf16
+    decode line without AMX as schema 18's fit gave it (``tests/data/schema18_lines.json``, from the committed file
+    of 3566596): 3 points where its 216 MiB weight copy, added to the dry run, set the demand, a nearly flat line
+    that the live tensors' floor prices at large requests. From schema 19 that line is in the call peak and follows
+    its dry run; the tests of the floor, which files of 18 and older still need, take this one."""
+    import json
+
+    as_schema(doc, 18)
+    lines = json.loads(SCHEMA18_LINES.read_text())["lines"]
+    for c in doc["calibrations"]:
+        c["architectures"].update(lines.get(c["calibration"], {}))
+    return doc
+
+
 def scale_slope(line: dict, factor: float) -> None:
     """A calibration line's ``dry_factor`` times ``factor``, in place, with its flat branch's (schema 16): the
     lower of the two prices, so a line changed without its branch may price as before."""

@@ -14,7 +14,7 @@ from vaemem import estimate as est
 from vaemem.errors import VaememError
 from vaemem.measuring.point import check_geometry
 from vaemem.models.zoo import get_spec
-from conftest import as_schema
+from conftest import as_schema, with_schema18_lines
 
 MIB = 1024 * 1024
 
@@ -913,9 +913,11 @@ def test_a_tiled_transfer_takes_the_architectures_own_untiled_line_at_its_tiles(
 
 def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
     """The cap needs the tiles' dry run at most the whole image's, and never rests on a price the live floor set:
-    LTX-Video 0.9.5's untiled bf16 decode without AMX at 832x480 x 33 frames is its floor (its line of 3 points is
-    far below its live tensors there), so its tiled price keeps its own. A capped fallback keeps its legacy floor."""
-    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=33)
+    LTX-Video 0.9.5's untiled bf16 decode without AMX at 832x480 x 33 frames is its floor (its line of 3 points as
+    schema 18 fitted it, where its weight copy set the demand, is far below its live tensors there), so its tiled
+    price keeps its own. A capped fallback keeps its legacy floor."""
+    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=33,
+              coefficients=with_schema18_lines(json.loads(COMMITTED.read_text())))
     whole = est.explain("ltx-video-0.9.5", "decode", 832, 480, **kw)  # its bf16 line without AMX: 3 points
     tiled = est.explain("ltx-video-0.9.5", "decode", 832, 480, tile=768, **kw)
     assert "never less than the live tensors" in whole.reason and tiled.bytes > whole.bytes
@@ -1014,8 +1016,10 @@ def test_no_line_reserves_less_than_the_live_tensors():
     1728 MiB copy set the demand): at 1024x1024 x 17 frames, whose live tensors are 52224 MiB, it priced 3036 MiB.
     LTX-Video 0.9.5's bf16 line without AMX (3 points, where its 216 MiB weight copy sets the demand) is as flat: at
     the same request it is under its live tensors. A line never reserves less than LIVE_FLOOR_FACTOR x the dry-run
-    peak, and the reason says when that floor prices; at its measured points the line is above it."""
-    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=17)
+    peak, and the reason says when that floor prices; at its measured points the line is above it. (From schema 19
+    the latter's line is in the call peak and follows its dry run: its line of schema 18.)"""
+    doc = with_schema18_lines(json.loads(COMMITTED.read_text()))
+    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=17, coefficients=doc)
     e = est.explain("ltx-video-0.9.5", "decode", 1024, 1024, **kw)  # 3 points: its line is nearly flat
     dry = est.dry_run_bytes(None, "ltx-video-0.9.5", "decode", 1024, 1024, dtype="bf16", frames=17)
     assert e.bytes == int(est.LIVE_FLOOR_FACTOR * dry) and e.source == "measured"

@@ -43,7 +43,8 @@ order:
     largest its points held; ``weight_copy_factor`` 0 in a file of schema 6: nothing); from schema 12 the lines of
     an untiled fp32 request of one sample whose structure carries the bytes live at its convolutions' calls are
     in the larger of its dry run and the most a call holds, those bytes plus its copy or buffer, and add nothing
-    (:func:`call_peak`: a transient adds to what is live at its own call, not to the peak);
+    (:func:`call_peak`: a transient adds to what is live at its own call, not to the peak); from schema 19 those
+    of a half-precision one without AMX as well (every call copies its weight);
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the convolution transient on such a
     backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
@@ -151,7 +152,13 @@ from collections.abc import Callable, Iterator
 # beyond its dry run (a fresh process's one-time cost), which an untiled transfer's floor adds
 # (:func:`transfer_bytes`): a reader of 17 would ignore it (Wan 2.1's smallest bf16 clips on the AMX Xeon, left
 # out: 0.97); a file of 17 is one of 18 without it, so it stays readable and layers with it.
-SCHEMA_VERSION = 18
+# 19: the untiled half-precision oneDNN lines of one sample without AMX are in the call peak too (the larger of the
+# dry run with oneDNN's buffers and the largest live bytes plus weight copy at a convolution's call,
+# :func:`call_peak`), with no transient added, where 18 added the largest weight copy to the dry run (LTX-2's bf16
+# decode at 320x192 x 9: its call peak 220 MiB, the dry run plus the copy 279): a reader of 18 would add the copy
+# to them (over); a file of 18 is priced by its own rule, and its oneDNN lines do not layer with those of 19.
+SCHEMA_VERSION = 19
+HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
 FIRST_CALL_SCHEMA = 18  # the first schema whose untiled calibrations may carry first_call_bytes
 PER_KNOT_SCHEMA = 17  # the first schema whose oneDNN factors may be one per knot
 FLAT_SCHEMA = 16  # the first schema whose lines may carry a flat branch
@@ -164,7 +171,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19)
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -366,9 +373,11 @@ def _layer(docs: list) -> dict:
     # oneDNN lines otherwise, on dry runs that count its softmax's mask)
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     # (16 adds a flat branch, which prices no other line otherwise: it layers with 15; 17's lines are in the dry
-    # run with each clip length's factor)
-    rule = lambda v: PER_KNOT_SCHEMA if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA \
-        if v >= ATTENTION_APART_SCHEMA else min(v, RESIDENT_SCHEMA)  # noqa: E731
+    # run with each clip length's factor; 18 adds a transfer's first-call cost, absent meaning 0: it layers with 17;
+    # 19's untiled half-precision lines without AMX are in the call peak)
+    rule = lambda v: HALF_CALL_PEAK_SCHEMA if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
+        if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA \
+        else min(v, RESIDENT_SCHEMA)  # noqa: E731
     for i in onednn[1:]:
         first, this = docs[onednn[0]]["schema_version"], docs[i]["schema_version"]
         if rule(this) != rule(first):
@@ -1742,7 +1751,7 @@ class _Plan:
                  "variant_own", "variant", "calib", "group", "cref", "arch_video", "legacy", "pixel_line",
                  "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "backend")
+                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "dtype", "backend")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1840,9 +1849,11 @@ class _Plan:
         self.copy = None  # the weight copy, priced per request (copy_at): a transfer's line scales it by
         # weight_copy_factor, the fallback adds it with the margin
         copy_s = structures.get(structure_key(arch, op, "fp32", False))
-        # the structure whose live bytes at the convolutions' calls the lines are in (call_peak), from schema 12
-        self.calls = copy_s if (dtype == "fp32" and coef["schema_version"] >= CALL_PEAK_SCHEMA
-                                and _call_peaks(copy_s or {})) else None
+        # the structure whose live bytes at the convolutions' calls the lines are in (call_peak), fp32's from schema
+        # 12, half precision's without AMX from 19
+        since = CALL_PEAK_SCHEMA if dtype == "fp32" else HALF_CALL_PEAK_SCHEMA
+        self.calls = copy_s if coef["schema_version"] >= since and _call_peaks(copy_s or {}) else None
+        self.dtype = dtype
         self.backend = backend
         if s is not None and self.calib is not None:
             self.kind = "calib"
@@ -1984,8 +1995,8 @@ class _Plan:
                 return whole
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            kd, k1, cp = call_dry_runs(self.calls, "fp32", self.backend, t is not None, b, w, h, f, kdry, kone)
-            if cp is not None:  # the transient is in them (schema 12)
+            kd, k1, cp = call_dry_runs(self.calls, self.dtype, self.backend, t is not None, b, w, h, f, kdry, kone)
+            if cp is not None:  # the transient is in them (schema 12, half precision 19)
                 copy = 0
             # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
             # line plus the transient, never below one sample (LTX-2's fp32 encode at 128x128: 487 MiB for two, 490
@@ -2451,10 +2462,15 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     return copied, columns
 
 
-def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int) -> float | None:
+def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: str = "fp32") -> float | None:
     """The largest of the bytes live at a convolution's call plus the transient it holds there (its weight's copy
-    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled fp32 request of one sample,
-    or None where the structure does not carry the live bytes at the calls (before schema 12).
+    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled request of one sample, or None
+    where the untiled fp32 structure ``s`` does not carry the live bytes at the calls (before schema 12). In half
+    precision (from schema 19) every convolution runs on oneDNN and copies its weight (two copies where its input
+    is channels-last, as in fp32), and the bytes live at its call are the fp32 dry run's at the element size's
+    ratio: every tensor of the op is in the request's dtype, and the call's own output and its reorder are the
+    fp32 rule's two outputs (:func:`vaemem.tracing.counter.conv_live_bytes`), which the half-precision dry run
+    counts alike (a test checks it against one on a tiny model).
     Why: a transient adds to what is live at its own call, not to the peak. LTX-2's decoder copies its 432 MiB
     weight where 2-40 MiB are live, and its demand is 1.04-1.06x the larger of this and the dry run with oneDNN's
     buffers at every size from 128x128 x 9 frames to 1024x576 x 9, where the peak plus the copy read 1.46x at
@@ -2462,14 +2478,17 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int) -> float
     under-reserved a held-out 1024x576 x 9 (0.86x)."""
     if not _call_peaks(s):
         return None
-    return max(live + ELEMENT_SIZE["fp32"] * max(copy, buffer) for copy, buffer, live in
-               _conv_calls(s, width, height, frames))
+    size = ELEMENT_SIZE[dtype]
+    return max(live * size / ELEMENT_SIZE["fp32"] + size * max(copy, buffer) for copy, buffer, live in
+               _conv_calls(s, width, height, frames, half=dtype != "fp32"))
 
 
-def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple[int, float, float]]:
+def _conv_calls(s: dict, width: int, height: int, frames: int,
+                half: bool = False) -> Iterator[tuple[int, float, float]]:
     """Per convolution of ``s["conv_transients"]`` at one sample of a request, (weight elements it copies, im2col
     elements it holds) at a call where it holds one, with the bytes live at that call (0 without them): its largest
-    call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`)."""
+    call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`);
+    ``half``: in half precision, where every call runs on oneDNN and copies its weight."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
@@ -2490,11 +2509,11 @@ def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple
         live = polyline(lives[0]) if lives else 0.0
         read = height if rank == 5 else pixels  # what the rule's law is in: a 3-D input's width is not read
         elements = law(rule, read)
-        if elements > ONEDNN_MIN_ELEMENTS:
+        if half or elements > ONEDNN_MIN_ELEMENTS:
             # a channels-last input: torch copies the weight to channels-last before oneDNN reorders it
             doubled = any(t is not None and elements > t for t in (last[j], last[i]))
             yield 2 * w if doubled else w, 0.0, live
-            if law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
+            if not half and law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
                 yield 0, law(cols_min, pixels), polyline(lives[1]) if lives else 0.0
         else:
             yield 0, law(cols, pixels), live
@@ -2503,13 +2522,22 @@ def _conv_calls(s: dict, width: int, height: int, frames: int) -> Iterator[tuple
 def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
               frames: int) -> float | None:
     """:func:`conv_call_peak_bytes` where a request's lines are in the larger of it and the dry run with oneDNN's
-    buffers (from schema 12): an untiled fp32 request of one sample on a weight-copying backend whose untiled fp32
-    structure ``s`` carries the live bytes at its convolutions' calls, and then no transient is added; else None
-    (the line adds the transient, :func:`conv_transient_bytes`; a batch is never priced below one sample:
-    ``_Plan.price``)."""
-    if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or not _priced_by_rule(s, dtype, tiled):
+    buffers (fp32 from schema 12, half precision without AMX from 19): an untiled request of one sample on a
+    weight-copying backend whose untiled fp32 structure ``s`` carries the live bytes at its convolutions' calls,
+    and then no transient is added; else None (the line adds the transient, :func:`conv_transient_bytes`; a batch
+    is never priced below one sample: ``_Plan.price``). Why half precision without AMX too: LTX-2's bf16 decode at
+    768x512 x 9 needs 407 MiB, 4 beyond its dry run, where the dry run plus its 216 MiB weight copy read 623, and
+    at 320x192 x 9 236 MiB, 15 beyond its call peak (220); with the copy added, the demand / dry run of the conv3d
+    bf16 decoders spread 4.05x over ten architectures, in the call peak 1.06x. Not with AMX (``onednn-amx``), whose
+    convolutions' buffers were never measured call by call (:func:`vaemem.tracing.counter.onednn_hidden_bytes`):
+    there the copy stays added to the dry run, a bound above the call peak. LTX-Video's bf16 decode on the AMX
+    Xeon needs 13.7-22.2 MiB beyond the call peak at its 21 points, but Wan 2.2's 21-68, growing with size (the
+    AMX rule's buffers under-count there): in the call peak, left out, Wan 2.2's decode was under at 10 of 12 points
+    (0.97) and Sana's DC-AE decode at one (1.00), both covered with the copy added."""
+    if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or tiled or s is None or "conv_transients" not in s \
+            or (dtype != "fp32" and backend == AMX_BACKEND):
         return None
-    return conv_call_peak_bytes(s, width, height, frames)  # type: ignore[arg-type]
+    return conv_call_peak_bytes(s, width, height, frames, dtype)
 
 
 def call_dry_runs(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
@@ -2715,9 +2743,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      f"oneDNN's ops hold while they run{outputs}")
             hidden = (f"; that dry-run peak is its fused part's x {k:.4g} for the buffers oneDNN's ops hold while they "
                       f"run{outputs}, above its live tensors' peak at its score matrices, {live / MIB:.0f} MiB")
-        top, one, cp = call_dry_runs(plan.calls, "fp32", plan.backend, tile is not None, int(batch), int(width),
+        top, one, cp = call_dry_runs(plan.calls, plan.dtype, plan.backend, tile is not None, int(batch), int(width),
                                      int(height), int(frames), dry, one)
-        if cp is not None:  # the transient is in them (schema 12)
+        if cp is not None:  # the transient is in them (schema 12, half precision 19)
             copy = 0
             if cp > dry:
                 hidden = (f"; that dry-run peak is the most a convolution's call holds, {cp / MIB:.0f} MiB: the "
