@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -119,8 +120,6 @@ def with_schema18_lines(doc: dict) -> dict:
     of 3566596): 3 points where its 216 MiB weight copy, added to the dry run, set the demand, a nearly flat line
     that the live tensors' floor prices at large requests. From schema 19 that line is in the call peak and follows
     its dry run; the tests of the floor, which files of 18 and older still need, take this one."""
-    import json
-
     as_schema(doc, 18)
     lines = json.loads(SCHEMA18_LINES.read_text())["lines"]
     for c in doc["calibrations"]:

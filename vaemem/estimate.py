@@ -2470,7 +2470,7 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: s
     is channels-last, as in fp32), and the bytes live at its call are the fp32 dry run's at the element size's
     ratio: every tensor of the op is in the request's dtype, and the call's own output and its reorder are the
     fp32 rule's two outputs (:func:`vaemem.tracing.counter.conv_live_bytes`), which the half-precision dry run
-    counts alike (a test checks it against one on a tiny model).
+    counts alike (tests check it against half-precision dry runs of tiny and real architectures).
     Why: a transient adds to what is live at its own call, not to the peak. LTX-2's decoder copies its 432 MiB
     weight where 2-40 MiB are live, and its demand is 1.04-1.06x the larger of this and the dry run with oneDNN's
     buffers at every size from 128x128 x 9 frames to 1024x576 x 9, where the peak plus the copy read 1.46x at
@@ -2534,7 +2534,7 @@ def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int,
     Xeon needs 13.7-22.2 MiB beyond the call peak at its 21 points, but Wan 2.2's 21-68, growing with size (the
     AMX rule's buffers under-count there): in the call peak, left out, Wan 2.2's decode was under at 10 of 12 points
     (0.97) and Sana's DC-AE decode at one (1.00), both covered with the copy added."""
-    if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or tiled or s is None or "conv_transients" not in s \
+    if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or not _lists_convs(s, tiled) \
             or (dtype != "fp32" and backend == AMX_BACKEND):
         return None
     return conv_call_peak_bytes(s, width, height, frames, dtype)
@@ -2570,10 +2570,15 @@ def _polyline(points: list, pixels: float) -> float:
     return max(0.0, y0 + (y1 - y0) * (pixels - x0) / (x1 - x0))
 
 
+def _lists_convs(s: dict | None, tiled: bool) -> bool:
+    """Whether an untiled request's untiled fp32 structure ``s`` lists its convolutions (``conv_transients``)."""
+    return not tiled and s is not None and "conv_transients" in s
+
+
 def _priced_by_rule(s: dict | None, dtype: str, tiled: bool) -> bool:
     """Whether a request's convolution transient follows torch's rule (:func:`conv_transient_elements`): untiled
     fp32 with an untiled structure ``s`` that lists its convolutions; else the largest copy prices it."""
-    return dtype == "fp32" and not tiled and s is not None and "conv_transients" in s
+    return dtype == "fp32" and _lists_convs(s, tiled)
 
 
 def conv_transient_bytes(m: dict, s: dict | None, op: str, dtype: str, backend: str, width: int, height: int,
