@@ -72,7 +72,7 @@ def as_schema(doc: dict, version: int) -> dict:
     convolutions' calls; before 13 no own line a resident branch; before 14 no calibration a variant's lines; before
     15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove); before 16 no line a flat
     branch; before 17 no structure a oneDNN factor per knot (it held the largest); before 18 no calibration a first
-    call's cost."""
+    call's cost; before 20 no line its smallest dry-run peak."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
@@ -98,7 +98,9 @@ def as_schema(doc: dict, version: int) -> dict:
             c.pop("variants", None)
             c.pop("variant_transfer_lines", None)
     if version < 16:
-        _drop_flat(doc)
+        _drop(doc, "flat")
+    if version < 20:
+        _drop(doc, "dry_bytes_min")
     if version < 17:
         for s in doc.get("structures", {}).values():
             for part in (s, s.get("tile_working_set", {})):
@@ -135,12 +137,13 @@ def scale_slope(line: dict, factor: float) -> None:
             terms["dry_factor"] *= factor
 
 
-def _drop_flat(node: object) -> None:
-    """Every ``flat`` branch (schema 16) under ``node``, removed in place."""
+def _drop(node: object, name: str) -> None:
+    """Every field ``name`` under ``node`` (a ``flat`` branch of schema 16, a ``dry_bytes_min`` of 20), removed in
+    place."""
     if isinstance(node, dict):
-        node.pop("flat", None)
+        node.pop(name, None)
         for v in node.values():
-            _drop_flat(v)
+            _drop(v, name)
     elif isinstance(node, list):
         for v in node:
-            _drop_flat(v)
+            _drop(v, name)

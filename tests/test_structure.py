@@ -955,7 +955,8 @@ def test_a_flat_floor_is_taken_where_the_line_nearly_reaches_it():
     bf16 decoder on this CPU. With the smallest held out, the line over the rest reserves more than
     ``FLOOR_NEEDED`` of the two floor points left, but their equal demand where that line rises 1.17x shows the
     floor: it is taken, the line is recovered, and the held-out size is covered (0.94 without the floor). Equal
-    demand where the line itself is nearly flat (a large base) is no floor."""
+    demand where the line itself is nearly flat (a large base, every point above its dry run: a line whose dry runs
+    over-state is bounded below its points, schema 20) is no floor."""
     dry = lambda w: 3000.0 * w * w  # noqa: E731
     demand = lambda w: max(160 * MIB, 1.3 * dry(w) + 20 * MIB)  # noqa: E731
     line = co.calibration_line([(dry(w), dry(w), demand(w), False, w * w) for w in (168, 184, 256, 384, 512, 640)],
@@ -965,7 +966,8 @@ def test_a_flat_floor_is_taken_where_the_line_nearly_reaches_it():
     assert est.calibration_bytes(line, dry(160), dry(160), False, 160 * 160) == pytest.approx(demand(160))
     based = lambda w: 0.2 * dry(w) + 400 * MIB  # noqa: E731  (rises 1.5 % from 168 to 184 px)
     rows = [(dry(w), dry(w), based(w) * (1.05 if w < 256 else 1.0), False, w * w)
-            for w in (168, 184, 256, 384, 512, 640)]
+            for w in (168, 184, 256, 320, 360, 400)]
+    assert all(r[2] > r[0] for r in rows)
     assert max(r[2] for r in rows[:2]) <= co.FLOOR_FLAT * min(r[2] for r in rows[:2])  # flat, as above
     assert "floor_bytes" not in co.calibration_line(rows, 0.0, floor=True)
 
@@ -1455,6 +1457,62 @@ def test_a_flat_branch_is_read_from_schema_16_and_in_a_document_layered_with_it(
                                              rf"{other['schema_version']}, which are "
                                              r"priced differently and cannot be layered"):
             est.explain("ltx-video", "decode", 640, 384, coefficients=[None, other], **kw)
+
+
+def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_there():
+    """Known answer (schema 20), on LTX-2's bf16 encode without AMX: demand 16 and 17 MiB above dry runs of 220 and
+    226 MiB, and 43 MiB below its 436 MiB call peak, which over-states. The line through them grows slower than the
+    dry run (0.71x), so extrapolated to a 16 MiB dry run it would reserve 70 MiB beyond it; below its smallest dry
+    run, 220 MiB, it keeps what it reserves beyond the dry run there instead. A line that grows at least as fast as
+    the dry run is itself below its points, and a line none of whose points needed less than its dry run (where it
+    grows slower, a resident floor) has no bound. The reason says where the bound prices; a file of schema 19
+    carrying it, or one above the line's largest dry run, is refused, naming it; a file of 19 layers with one of
+    20."""
+    px = 512 * 512
+    rows = [(d * MIB, d * MIB, y * MIB, False, px) for d, y in ((220, 236), (226, 243), (436, 393))]
+    line = co.calibration_line(rows, 0.0)
+    # through the two points of 226 and 436 MiB (rounded up: factors to 1e-4, bytes to the MiB)
+    assert line["dry_bytes_min"] == 220 * MIB and line["dry_factor"] == pytest.approx(150 / 210, abs=1e-4)
+    assert line["base_bytes"] == 82 * MIB
+    at = lambda ln, d: est.calibration_bytes(ln, d, d, False, px, live_floor=False)  # noqa: E731
+    beyond = at(line, 220 * MIB) - 220 * MIB
+    assert beyond == pytest.approx((line["dry_factor"] - 1) * 220 * MIB + 82 * MIB)  # 19.1 MiB
+    for d in (16, 100, 219):
+        assert at(line, d * MIB) == pytest.approx(d * MIB + beyond)
+        assert at(line, d * MIB) < est._terms_at(line, d * MIB, d * MIB, False)  # the unbounded line: more
+    for d in (220, 300, 436, 900):  # at and above its points: the line itself
+        assert at(line, d * MIB) == pytest.approx(est._terms_at(line, d * MIB, d * MIB, False))
+    said = est._line_terms(line, 16 * MIB, 16 * MIB, False)
+    assert said == ("dry-run peak 16 MiB + 19 MiB, what it reserves beyond the dry run at its smallest measured "
+                    "dry-run peak, 220 MiB (never more below it), below its terms 0.714 x dry-run peak 16 MiB + 82 MiB")
+    assert "smallest" not in est._line_terms(line, 300 * MIB, 300 * MIB, False)
+    # a line steeper than the dry run, whose points all needed more: no bound
+    steep = co.calibration_line([(d * MIB, d * MIB, (1.1 * d + 5) * MIB, False, px) for d in (100, 200, 400)], 0.0)
+    assert "dry_bytes_min" not in steep
+    # a resident floor (FLUX.1's bf16 encode with AMX: 27-28.6 MiB from 64x64 to 96x96), a line that grows slower
+    # than the dry run: no bound, and its smallest point, left out, is priced by the line
+    floor = [(d * MIB, d * MIB, y * MIB, False, px) for d, y in ((9, 27.9), (12, 28.0), (13.5, 28.6))]
+    assert "dry_bytes_min" not in co.calibration_line(floor, 0.0)
+    rest = co.calibration_line(floor[1:], 0.0)
+    assert "dry_bytes_min" not in rest and at(rest, 9 * MIB) == pytest.approx(est._terms_at(rest, 9 * MIB, 9 * MIB,
+                                                                                             False))
+    doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
+    nineteen = as_schema(json.loads(json.dumps(doc)), 19)
+    i = next(i for i, c in enumerate(doc["calibrations"]) if "dry_bytes_min" in c["class"])
+    nineteen["calibrations"][i]["class"]["dry_bytes_min"] = doc["calibrations"][i]["class"]["dry_bytes_min"]
+    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.dry_bytes_min must be absent in a "
+                                                   "file of schema below 20")):
+        est.validate(nineteen, "c.json")
+    bad = json.loads(json.dumps(doc))
+    bad["calibrations"][i]["class"]["dry_bytes_min"] = 2 * doc["calibrations"][i]["class"]["dry_bytes_max"]
+    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.dry_bytes_min must be at most "
+                                                   "dry_bytes_max")):
+        est.validate(bad, "c.json")
+    kw = dict(dtype="bf16", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
+    shipped = est.explain("ltx-video", "encode", 128, 128, **kw)
+    layered = est.explain("ltx-video", "encode", 128, 128,
+                          coefficients=[None, as_schema(json.loads(json.dumps(doc)), 19)], **kw)
+    assert (layered.bytes, layered.reason) == (shipped.bytes, shipped.reason)
 
 
 def test_a_factor_per_knot_bounds_every_later_clip_and_is_read_from_schema_17():

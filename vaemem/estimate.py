@@ -23,7 +23,9 @@ one per measured architecture and one pooled over the class. Each is fitted on t
 line whose envelope fitted on the summed reservation differs carries its terms in ``flat``, and a request beyond a
 one-frame clip takes the lower of the two (both cover every point). A line is fitted on frames of at least
 ``domain_min_frame_pixels``; the points measured below that (where a CPU's resident overhead is not affine in the
-dry-run peak) get a line of their own, ``small``, which prices the requests below it. Pricing, in this declared
+dry-run peak) get a line of their own, ``small``, which prices the requests below it. A line whose dry runs
+over-stated a point's demand carries ``dry_bytes_min`` (from schema 20), its points' smallest dry-run peak, below
+which it never reserves more beyond the dry run than it does there (:func:`_terms_at`). Pricing, in this declared
 order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
@@ -157,7 +159,13 @@ from collections.abc import Callable, Iterator
 # :func:`call_peak`), with no transient added, where 18 added the largest weight copy to the dry run (LTX-2's bf16
 # decode at 320x192 x 9: its call peak 220 MiB, the dry run plus the copy 279): a reader of 18 would add the copy
 # to them (over); a file of 18 is priced by its own rule, and its oneDNN lines do not layer with those of 19.
-SCHEMA_VERSION = 19
+# 20: a line fitted in the calibration domain carries ``dry_bytes_min``, its smallest point's dry-run peak, below
+# which it never reserves more beyond the dry run than it does there (:func:`_terms_at`), where 19 extrapolated it
+# (LTX-2's bf16 encode line, 0.751 x its dry run + 86 MiB from 220 to 436 MiB, priced LTX-Video's 16 MiB dry run
+# at 98 MiB, 3.1x its demand): a reader of 19 would ignore it (over); a file of 19 is one of 20 without it, so it
+# stays readable and layers with it.
+SCHEMA_VERSION = 20
+LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
 FIRST_CALL_SCHEMA = 18  # the first schema whose untiled calibrations may carry first_call_bytes
 PER_KNOT_SCHEMA = 17  # the first schema whose oneDNN factors may be one per knot
@@ -171,7 +179,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -538,15 +546,21 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
 
 
 def _check_line(line: dict, where: str, small: bool = False, strict: bool = False, branch: bool = False,
-                flat: bool = True) -> None:
+                flat: bool = True, least: bool = True) -> None:
     """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
     price are required, and ``small`` is there exactly where points below the domain were (a line that lost
     either would price silently otherwise). ``branch``: an own line's ``copy_line``, which may be flat (the
     transient it adds grows; its live line prices the larger requests). ``flat``: whether the line may carry a
-    flat branch (:data:`FLAT_SCHEMA`), which is held to what its line is."""
+    flat branch (:data:`FLAT_SCHEMA`), which is held to what its line is; ``least``: ``dry_bytes_min``
+    (:data:`LEAST_DRY_SCHEMA`)."""
     for name in ("dry_factor", "per_sample_factor", "base_bytes"):
         _field(line, name, where, "num>=0")
-    _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
+    top = _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
+    if "dry_bytes_min" in line:  # from 20: below it the line keeps its bytes beyond the dry run there
+        _need(least, f"{where}.dry_bytes_min", f"absent in a file of schema below {LEAST_DRY_SCHEMA} (new in schema "
+              f"{LEAST_DRY_SCHEMA})", line["dry_bytes_min"])
+        low = _field(line, "dry_bytes_min", where, "num>0")
+        _need(low <= top, f"{where}.dry_bytes_min", f"at most dry_bytes_max ({top})", low)
     if strict and not small:
         for name in ("single_frame_factor", "single_frame_bytes"):
             _field(line, name, where, "num>=0")
@@ -580,7 +594,7 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         _need("copy_line" not in line, f"{where}.copy_line", "absent (a copy branch is an own line's)", "present")
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
-        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True, flat=flat)
+        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True, flat=flat, least=least)
     if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be
         # flat: past its points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
@@ -853,6 +867,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
     _need(len(set(ids)) == len(ids), f"{source}: calibrations", "one entry per calibration id",
           sorted({i for i in ids if ids.count(i) > 1}))
     flat = version >= FLAT_SCHEMA or layered  # a layered document of 15 and 16 keeps the flat branches of 16
+    least = version >= LEAST_DRY_SCHEMA or layered  # and one of 19 and 20 the dry_bytes_min of 20
     for i, c in enumerate(cals):
         w = f"{source}: calibrations[{i}]"
         _field(c, "calibration", w, "str")
@@ -872,8 +887,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   c["first_call_bytes"])
             _field(c, "first_call_bytes", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
-            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat)
-        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat)
+            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat, least=least)
+        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat, least=least)
         lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
         if version >= 7 or "transfer_lines" in c:  # from 7: each architecture's line as a transfer takes it
             moved = _field(c, "transfer_lines", w, "dict")
@@ -882,7 +897,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   set(moved) == set(c["architectures"]), f"{w}.transfer_lines", "one line per architecture of "
                   "architectures", sorted(moved))
             for arch, line in sorted(moved.items()):
-                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat)
+                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat, least=least)
                 _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
@@ -894,13 +909,13 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 arch, variant = variant_parts(name)
                 _need(arch in c["architectures"] and variant in VARIANT_WORDS, f"{w}.variants.{name}",
                       f"a key of architectures and one of {', '.join(VARIANT_WORDS)} (sd15/math)", name)
-                _check_line(line, f"{w}.variants.{name}", strict=True, flat=flat)
+                _check_line(line, f"{w}.variants.{name}", strict=True, flat=flat, least=least)
                 lines[f"variants.{name}"] = line
             moved = _field(c, "variant_transfer_lines", w, "dict")
             _need(set(moved) <= set(variants) if layered else set(moved) == set(variants),
                   f"{w}.variant_transfer_lines", "one line per entry of variants", sorted(moved))
             for name, line in sorted(moved.items()):
-                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True, flat=flat)
+                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True, flat=flat, least=least)
                 _need("floor_bytes" not in line, f"{w}.variant_transfer_lines.{name}.floor_bytes", "absent (a "
                       "transfer takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"variant_transfer_lines.{name}"] = line
@@ -923,7 +938,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                       f"only on an own line on {', '.join(WEIGHT_COPY_BACKENDS)} (from schema {NO_AMX_SCHEMA})",
                       "present")
                 branch = _field(line, "copy_line", f"{w}.{name}", "dict")
-                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True, flat=flat)
+                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True, flat=flat, least=least)
                 _need(_field(branch, "weight_copy_factor", f"{w}.{name}.copy_line", "num>=0") >= 1,
                       f"{w}.{name}.copy_line.weight_copy_factor", "at least 1 (it adds the transient)",
                       branch["weight_copy_factor"])
@@ -2613,19 +2628,34 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
 def _affine_at(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
     """A line's fitted terms at a request, before its resident branch, floor and small line: the lower of the line
     and its ``flat`` branch where it has one (from schema 16; not for a one-frame clip of a video model:
-    :func:`vaemem.fit.coefficients._line_through`)."""
-    flat = c.get("flat")
+    :func:`vaemem.fit.coefficients._line_through`), each below the line's ``dry_bytes_min`` as :func:`_terms_at`
+    says."""
+    flat, least = c.get("flat"), c.get("dry_bytes_min", 0)
     if flat is not None and not single_frame:
-        return min(_terms_at(c, dry, dry1, False), _terms_at(flat, dry, dry1, False))
-    return _terms_at(c, dry, dry1, single_frame)
+        return min(_terms_at(c, dry, dry1, False, least), _terms_at(flat, dry, dry1, False, least))
+    return _terms_at(c, dry, dry1, single_frame, least)
 
 
-def _terms_at(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
-    """One envelope's terms at a request (:func:`_affine_at`)."""
-    v = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + c["base_bytes"]
-    if single_frame:
-        v += c.get("single_frame_factor", 0.0) * dry + c.get("single_frame_bytes", 0)
-    return v
+def _terms_at(c: dict, dry: float, dry1: float, single_frame: bool, least: float = 0) -> float:
+    """One envelope's terms at a request (:func:`_affine_at`). Below ``least``, its points' smallest dry-run peak
+    (from schema 20), never more beyond the dry run than the terms reserve there: ``fixed + grows``, the terms
+    that grow with the dry run (``grows``, below ``dry`` where they grow slower than it) less
+    ``(least - dry) x (1 - grows / dry)``. Why: what a request needs beyond its dry run is fixed (code pages,
+    the allocator's arenas) or shrinks with it (oneDNN's buffers), so it never grows as the request shrinks, where
+    a line whose dry runs over-state at its largest points grows slower than the dry run and, extrapolated, would:
+    LTX-2's bf16 encode line without AMX (0.751 x its dry run + 86 MiB, fitted from 220 to 436 MiB, where its call
+    peak over-states 393 MiB of demand by 42) priced LTX-Video's 16 MiB dry run at 98 MiB, left out 3.1x its
+    demand; with the bound 1.5x (a line of the others then the highest). Only on a line one of whose points needed
+    less than its dry run (the fit writes ``dry_bytes_min`` there alone: its dry runs over-state, and its slope is
+    theirs): elsewhere a line grows slower than the dry run where its points are a resident floor, demand that
+    stays as the dry run shrinks (FLUX.1's bf16 encode with AMX, 27-28.6 MiB from 64x64 to 96x96), which the bound
+    would cut (held out at 64x64, 0.98x)."""
+    fixed = c["base_bytes"] + (c.get("single_frame_bytes", 0) if single_frame else 0)
+    grows = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + \
+        (c.get("single_frame_factor", 0.0) * dry if single_frame else 0.0)
+    if 0 < dry < least and grows < dry:
+        grows -= (least - dry) * (1 - grows / dry)
+    return fixed + grows
 
 
 def _resident_at(c: dict, dry: float, single_frame: bool) -> float:
@@ -2641,9 +2671,9 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
     """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients): its
     ``flat`` branch's where that is the lower (:func:`_affine_at`), and its resident branch where that is above
     them."""
-    flat = line.get("flat")
+    flat, least = line.get("flat"), line.get("dry_bytes_min", 0)
     by_bytes = (flat is not None and not single_frame
-                and _terms_at(flat, dry, dry1, False) < _terms_at(line, dry, dry1, False))
+                and _terms_at(flat, dry, dry1, False, least) < _terms_at(line, dry, dry1, False, least))
     terms = flat if by_bytes else line
     text = f"{terms['dry_factor']:.3f} x dry-run peak {dry / MIB:.0f} MiB"
     if terms.get("per_sample_factor"):
@@ -2655,6 +2685,11 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
     if by_bytes:
         text = ("its envelope fitted on bytes, below the one fitted on ratios here (both cover its points): "
                 + text)
+    bounded = _terms_at(terms, dry, dry1, single_frame and not by_bytes, least)
+    if bounded < _terms_at(terms, dry, dry1, single_frame and not by_bytes):
+        text = (f"dry-run peak {dry / MIB:.0f} MiB + {(bounded - dry) / MIB:.0f} MiB, what it reserves beyond the "
+                f"dry run at its smallest measured dry-run peak, {least / MIB:.0f} MiB (never more below it), "
+                f"below its terms {text}")
     resident = _resident_at(line, dry, single_frame)
     if resident > _affine_at(line, dry, dry1, single_frame):
         text = (f"{line['resident_factor']:.2f} x dry-run peak {dry / MIB:.0f} MiB + "

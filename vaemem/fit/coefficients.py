@@ -539,8 +539,13 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     22 MiB) that reserved its own largest clips 1.20x and, as the highest line of its class, the other
     architectures' large clips 1.16-1.33x (medians, left out); the flat one (1.047 x + 39 MiB) prices them. Not for a
     one-frame clip: those few small points have little weight in bytes, and the flat line, left out, under-priced
-    HunyuanVideo's one-frame fp32 decode at 320x192 (0.986)."""
+    HunyuanVideo's one-frame fp32 decode at 320x192 (0.986). Where a row needed less than its dry run (less its
+    transient, ``weight_copy``: what the line is fitted on), the line carries ``dry_bytes_min``, its rows' smallest
+    dry-run peak, below which it never prices more beyond the dry run than there
+    (:func:`vaemem.estimate._terms_at`)."""
     line = _line_of(rows, margin, weight_copy, "ratio")
+    if any(r[2] - (r[5] if weight_copy else 0) < r[0] for r in rows):  # its dry runs over-state
+        line["dry_bytes_min"] = int(min(r[0] for r in rows))
     # the flat branch prices only beyond a one-frame clip: its terms there, and none where they are the line's
     flat = {n: v for n, v in _line_of(rows, margin, weight_copy, "bytes").items() if n in FLAT_TERMS}
     # none where it is the line, nor where it does not grow with the dry run (a constant would cap every larger
