@@ -955,8 +955,8 @@ def test_a_flat_floor_is_taken_where_the_line_nearly_reaches_it():
     bf16 decoder on this CPU. With the smallest held out, the line over the rest reserves more than
     ``FLOOR_NEEDED`` of the two floor points left, but their equal demand where that line rises 1.17x shows the
     floor: it is taken, the line is recovered, and the held-out size is covered (0.94 without the floor). Equal
-    demand where the line itself is nearly flat (a large base, every point above its dry run: a line whose dry runs
-    over-state is bounded below its points, schema 20) is no floor."""
+    demand where the line itself is nearly flat (a large base) is no floor, where its largest points' dry runs
+    over-state too (the evidence is the line's own terms, not its bound below its points, schema 20)."""
     dry = lambda w: 3000.0 * w * w  # noqa: E731
     demand = lambda w: max(160 * MIB, 1.3 * dry(w) + 20 * MIB)  # noqa: E731
     line = co.calibration_line([(dry(w), dry(w), demand(w), False, w * w) for w in (168, 184, 256, 384, 512, 640)],
@@ -966,8 +966,8 @@ def test_a_flat_floor_is_taken_where_the_line_nearly_reaches_it():
     assert est.calibration_bytes(line, dry(160), dry(160), False, 160 * 160) == pytest.approx(demand(160))
     based = lambda w: 0.2 * dry(w) + 400 * MIB  # noqa: E731  (rises 1.5 % from 168 to 184 px)
     rows = [(dry(w), dry(w), based(w) * (1.05 if w < 256 else 1.0), False, w * w)
-            for w in (168, 184, 256, 320, 360, 400)]
-    assert all(r[2] > r[0] for r in rows)
+            for w in (168, 184, 256, 384, 512, 640)]
+    assert rows[-1][2] < rows[-1][0]  # over-stated: the lines through the larger points carry dry_bytes_min
     assert max(r[2] for r in rows[:2]) <= co.FLOOR_FLAT * min(r[2] for r in rows[:2])  # flat, as above
     assert "floor_bytes" not in co.calibration_line(rows, 0.0, floor=True)
 
@@ -1418,12 +1418,12 @@ def test_a_line_whose_small_points_make_it_steep_prices_the_large_ones_by_its_fl
     assert est.calibration_bytes(line, dry[0], dry[0], False, 512 * 512, live_floor=False) < flat_at_small  # the steep one there
     assert est.calibration_bytes(line, dry[-1], dry[-1], True, 512 * 512, live_floor=False) == \
         pytest.approx(est._terms_at(line, dry[-1], dry[-1], True))  # a one-frame clip: the steep line
-    assert "its envelope fitted on bytes" in est._line_terms(line, dry[-1], dry[-1], False)
-    assert "fitted on bytes" not in est._line_terms(line, dry[-1], dry[-1], True)
+    assert "its envelope fitted on bytes" in est._line_terms(line, dry[-1], dry[-1], False, 512 * 512)
+    assert "fitted on bytes" not in est._line_terms(line, dry[-1], dry[-1], True, 512 * 512)
     assert set(line["flat"]) == set(est.FLAT_TERMS)  # it never prices a one-frame clip: no terms of one
     # where its resident branch prices, the reason says so first and names the flat terms it is above
     resident = {**line, "resident_factor": 1.0, "resident_bytes": 200 * MIB}
-    said = est._line_terms(resident, dry[-1], dry[-1], False)
+    said = est._line_terms(resident, dry[-1], dry[-1], False, 512 * 512)
     assert said.startswith("1.00 x dry-run peak 1400 MiB + 200 MiB") and "above its envelope fitted on bytes" in said
     # points on one line: both objectives give it, and the line carries no flat branch
     on_line = [(d, d, 1.1 * d + 5 * MIB, False, 512 * 512) for d in dry]
@@ -1467,7 +1467,8 @@ def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_th
     the dry run is itself below its points, and a line none of whose points needed less than its dry run (where it
     grows slower, a resident floor) has no bound. The reason says where the bound prices; a file of schema 19
     carrying it, or one above the line's largest dry run, is refused, naming it; a file of 19 layers with one of
-    20."""
+    20. Not below the calibration domain, nor for a batch or one-frame clip whose terms grow as fast as the dry run
+    per sample, nor where the line reserves less than the dry run at its smallest point; no copy branch has one."""
     px = 512 * 512
     rows = [(d * MIB, d * MIB, y * MIB, False, px) for d, y in ((220, 236), (226, 243), (436, 393))]
     line = co.calibration_line(rows, 0.0)
@@ -1480,15 +1481,35 @@ def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_th
     for d in (16, 100, 219):
         assert at(line, d * MIB) == pytest.approx(d * MIB + beyond)
         assert at(line, d * MIB) < est._terms_at(line, d * MIB, d * MIB, False)  # the unbounded line: more
+    # below the calibration domain (a frame under 128x96 px), where a resident floor is, the line itself
+    assert est.calibration_bytes(line, 16 * MIB, 16 * MIB, False, 64 * 64, live_floor=False) == \
+        pytest.approx(est._terms_at(line, 16 * MIB, 16 * MIB, False))
     for d in (220, 300, 436, 900):  # at and above its points: the line itself
         assert at(line, d * MIB) == pytest.approx(est._terms_at(line, d * MIB, d * MIB, False))
-    said = est._line_terms(line, 16 * MIB, 16 * MIB, False)
-    assert said == ("dry-run peak 16 MiB + 19 MiB, what it reserves beyond the dry run at its smallest measured "
-                    "dry-run peak, 220 MiB (never more below it), below its terms 0.714 x dry-run peak 16 MiB + 82 MiB")
-    assert "smallest" not in est._line_terms(line, 300 * MIB, 300 * MIB, False)
+    said = est._line_terms(line, 16 * MIB, 16 * MIB, False, px)
+    assert said == ("dry-run peak 16 MiB + 19 MiB, what it reserves beyond the dry run scaled up to its smallest "
+                    "measured dry-run peak, 220 MiB (never more below it), below its terms 0.714 x dry-run peak 16 MiB "
+                    "+ 82 MiB")
+    assert "smallest" not in est._line_terms(line, 300 * MIB, 300 * MIB, False, px)
     # a line steeper than the dry run, whose points all needed more: no bound
     steep = co.calibration_line([(d * MIB, d * MIB, (1.1 * d + 5) * MIB, False, px) for d in (100, 200, 400)], 0.0)
     assert "dry_bytes_min" not in steep
+    # nor a batch of a line that grows as fast as the dry run per sample (1.0 x dry + 0.2 x one sample's), which
+    # grows slower per byte of a batch's dry run; nor a one-frame clip whose own term makes it grow as fast
+    batched = {**line, "dry_factor": 0.8, "per_sample_factor": 0.2, "base_bytes": 10 * MIB}
+    assert est._terms_at(batched, 4 * 16 * MIB, 16 * MIB, False, 220 * MIB) == \
+        pytest.approx(0.8 * 64 * MIB + 0.2 * 16 * MIB + 10 * MIB)
+    one_frame = {**line, "single_frame_factor": 0.3}
+    assert est._terms_at(one_frame, 16 * MIB, 16 * MIB, True, 220 * MIB) == \
+        pytest.approx(est._terms_at(one_frame, 16 * MIB, 16 * MIB, True))
+    # a line that reserves less than the dry run at its smallest point (nothing beyond it to keep): the line prices,
+    # never less (a copy branch's terms are of the demand less the copy: 0 x dry + 19 MiB from 37 MiB up)
+    under = {**line, "dry_factor": 0.0, "base_bytes": 19 * MIB, "dry_bytes_min": 37 * MIB}
+    assert at(under, 9 * MIB) == pytest.approx(19 * MIB)
+    # the copy branch of a line is fitted on the demand less the copy, below its dry run by construction: the fit
+    # writes no bound there (its rows' whole demand is above their dry run)
+    copy_rows = [(d * MIB, d * MIB, (d + 60) * MIB, False, px, 54 * MIB, d * MIB) for d in (20, 30, 40)]
+    assert "dry_bytes_min" not in co.calibration_line(copy_rows, 0.0, weight_copy=True)
     # a resident floor (FLUX.1's bf16 encode with AMX: 27-28.6 MiB from 64x64 to 96x96), a line that grows slower
     # than the dry run: no bound, and its smallest point, left out, is priced by the line
     floor = [(d * MIB, d * MIB, y * MIB, False, px) for d, y in ((9, 27.9), (12, 28.0), (13.5, 28.6))]

@@ -25,8 +25,8 @@ one-frame clip takes the lower of the two (both cover every point). A line is fi
 ``domain_min_frame_pixels``; the points measured below that (where a CPU's resident overhead is not affine in the
 dry-run peak) get a line of their own, ``small``, which prices the requests below it. A line whose dry runs
 over-stated a point's demand carries ``dry_bytes_min`` (from schema 20), its points' smallest dry-run peak, below
-which it never reserves more beyond the dry run than it does there (:func:`_terms_at`). Pricing, in this declared
-order:
+which, where it grows slower than the dry run, it never reserves more beyond the dry run than it does there
+(:func:`_terms_at`). Pricing, in this declared order:
 
 (a) **measured**: the architecture was measured on this platform: its own calibration line at its dry-run peak
     (or, where no structure covers the request, e.g. a tiny test model's, its measured pixel line
@@ -159,8 +159,9 @@ from collections.abc import Callable, Iterator
 # :func:`call_peak`), with no transient added, where 18 added the largest weight copy to the dry run (LTX-2's bf16
 # decode at 320x192 x 9: its call peak 220 MiB, the dry run plus the copy 279): a reader of 18 would add the copy
 # to them (over); a file of 18 is priced by its own rule, and its oneDNN lines do not layer with those of 19.
-# 20: a line fitted in the calibration domain carries ``dry_bytes_min``, its smallest point's dry-run peak, below
-# which it never reserves more beyond the dry run than it does there (:func:`_terms_at`), where 19 extrapolated it
+# 20: a line one of whose points needed less than its dry run carries ``dry_bytes_min``, its smallest point's dry-run
+# peak, below which, growing slower than the dry run, it never reserves more beyond the dry run than it does there
+# (:func:`_terms_at`), where 19 extrapolated it
 # (LTX-2's bf16 encode line, 0.751 x its dry run + 86 MiB from 220 to 436 MiB, priced LTX-Video's 16 MiB dry run
 # at 98 MiB, 3.1x its demand): a reader of 19 would ignore it (over); a file of 19 is one of 20 without it, so it
 # stays readable and layers with it.
@@ -180,6 +181,13 @@ RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident br
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
 READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+# The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
+# CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
+# (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
+# bend the line for every size, so the fit gives them a line of their own (``small``), which prices the requests
+# below the domain (apps decode at 256 px and more), and a line's bound below its smallest dry run
+# (:func:`_terms_at`) holds in the domain only.
+DOMAIN_MIN_FRAME_PIXELS = 128 * 96
 # the variants a request names, as variant_key spells them, in the words an estimate's reason uses
 VARIANT_WORDS = {"/sliced": "sliced", "/math": "math-attention", "/sliced/math": "sliced math-attention"}
 # Dry runs in fp16 and bf16 are identical for every zoo architecture (checked by vaemem's tests), so half precision
@@ -382,7 +390,8 @@ def _layer(docs: list) -> dict:
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     # (16 adds a flat branch, which prices no other line otherwise: it layers with 15; 17's lines are in the dry
     # run with each clip length's factor; 18 adds a transfer's first-call cost, absent meaning 0: it layers with 17;
-    # 19's untiled half-precision lines without AMX are in the call peak)
+    # 19's untiled half-precision lines without AMX are in the call peak; 20 adds a line's smallest dry run, absent
+    # meaning none: it layers with 19)
     rule = lambda v: HALF_CALL_PEAK_SCHEMA if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
         if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA \
         else min(v, RESIDENT_SCHEMA)  # noqa: E731
@@ -2614,7 +2623,7 @@ def conv_transient_bytes(m: dict, s: dict | None, op: str, dtype: str, backend: 
 
 def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> tuple[dict, float]:
     """(the line that prices, its bytes): :func:`calibration_bytes`, saying which line it took."""
-    v = max(_affine_at(c, dry, dry1, single_frame), _resident_at(c, dry, single_frame))
+    v = max(_affine_at(c, dry, dry1, single_frame, frame_pixels), _resident_at(c, dry, single_frame))
     if v < c.get("floor_bytes", 0):  # a resident floor its smallest points measured, whatever their dry runs
         v = c["floor_bytes"]
     small = c.get("small")
@@ -2625,36 +2634,40 @@ def _line_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels:
     return c, v
 
 
-def _affine_at(c: dict, dry: float, dry1: float, single_frame: bool) -> float:
+def _affine_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> float:
     """A line's fitted terms at a request, before its resident branch, floor and small line: the lower of the line
     and its ``flat`` branch where it has one (from schema 16; not for a one-frame clip of a video model:
     :func:`vaemem.fit.coefficients._line_through`), each below the line's ``dry_bytes_min`` as :func:`_terms_at`
-    says."""
-    flat, least = c.get("flat"), c.get("dry_bytes_min", 0)
+    says for a frame of ``frame_pixels`` in the domain (:data:`DOMAIN_MIN_FRAME_PIXELS`)."""
+    flat = c.get("flat")
+    least = c.get("dry_bytes_min", 0) if frame_pixels >= DOMAIN_MIN_FRAME_PIXELS else 0
     if flat is not None and not single_frame:
         return min(_terms_at(c, dry, dry1, False, least), _terms_at(flat, dry, dry1, False, least))
     return _terms_at(c, dry, dry1, single_frame, least)
 
 
 def _terms_at(c: dict, dry: float, dry1: float, single_frame: bool, least: float = 0) -> float:
-    """One envelope's terms at a request (:func:`_affine_at`). Below ``least``, its points' smallest dry-run peak
-    (from schema 20), never more beyond the dry run than the terms reserve there: ``fixed + grows``, the terms
-    that grow with the dry run (``grows``, below ``dry`` where they grow slower than it) less
-    ``(least - dry) x (1 - grows / dry)``. Why: what a request needs beyond its dry run is fixed (code pages,
-    the allocator's arenas) or shrinks with it (oneDNN's buffers), so it never grows as the request shrinks, where
-    a line whose dry runs over-state at its largest points grows slower than the dry run and, extrapolated, would:
-    LTX-2's bf16 encode line without AMX (0.751 x its dry run + 86 MiB, fitted from 220 to 436 MiB, where its call
-    peak over-states 393 MiB of demand by 42) priced LTX-Video's 16 MiB dry run at 98 MiB, left out 3.1x its
-    demand; with the bound 1.5x (a line of the others then the highest). Only on a line one of whose points needed
-    less than its dry run (the fit writes ``dry_bytes_min`` there alone: its dry runs over-state, and its slope is
-    theirs): elsewhere a line grows slower than the dry run where its points are a resident floor, demand that
-    stays as the dry run shrinks (FLUX.1's bf16 encode with AMX, 27-28.6 MiB from 64x64 to 96x96), which the bound
-    would cut (held out at 64x64, 0.98x)."""
+    """One envelope's terms at a request (:func:`_affine_at`): ``fixed + grows``, ``grows`` the terms that grow with
+    the dry run. Below ``least``, its points' smallest dry-run peak (from schema 20), a line whose slope (per byte of
+    one sample's dry run, ``dry_factor + per_sample_factor``, with the one-frame factor for a one-frame clip) is
+    below 1 never reserves more beyond the dry run than at this request scaled up to ``least``,
+    ``fixed + grows x least / dry - least`` where that is above 0 (else the line prices). Why: its points' dry runs
+    over-state at its largest points (the fit writes ``dry_bytes_min`` there alone), and a slope below 1 is theirs,
+    which extrapolated down would price more beyond the dry run the smaller the request: LTX-2's bf16 encode line
+    without AMX (0.751 x its dry run + 86 MiB, fitted from 220 to 436 MiB, where its call peak over-states 393 MiB
+    of demand by 42) priced LTX-Video's 16 MiB dry run at 98 MiB, left out 3.1x its demand; with the bound 1.5x (a
+    line of the others then the highest). Not where the points are a resident floor, demand that stays as the dry
+    run shrinks (FLUX.1's bf16 encode with AMX, 27-28.6 MiB from 64x64 to 96x96, none below its dry run), which
+    the bound would cut (held out at 64x64, 0.98x), and so not below the calibration domain, where that floor is
+    (:func:`_affine_at`); nor a batch of a line growing at least as fast as the dry run, whose per-sample term
+    makes it grow slower per byte of the batch's dry run."""
     fixed = c["base_bytes"] + (c.get("single_frame_bytes", 0) if single_frame else 0)
-    grows = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + \
-        (c.get("single_frame_factor", 0.0) * dry if single_frame else 0.0)
-    if 0 < dry < least and grows < dry:
-        grows -= (least - dry) * (1 - grows / dry)
+    sf = c.get("single_frame_factor", 0.0) if single_frame else 0.0
+    grows = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + sf * dry
+    if 0 < dry < least and c["dry_factor"] + c["per_sample_factor"] + sf < 1:
+        beyond = fixed + grows * least / dry - least  # what it reserves beyond the dry run, scaled up to least
+        if 0 < beyond < fixed + grows - dry:
+            return dry + beyond
     return fixed + grows
 
 
@@ -2667,11 +2680,12 @@ def _resident_at(c: dict, dry: float, single_frame: bool) -> float:
     return 0.0 if extra is None else c["resident_factor"] * dry + extra
 
 
-def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
+def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool, frame_pixels: int) -> str:
     """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients): its
     ``flat`` branch's where that is the lower (:func:`_affine_at`), and its resident branch where that is above
     them."""
-    flat, least = line.get("flat"), line.get("dry_bytes_min", 0)
+    flat = line.get("flat")
+    least = line.get("dry_bytes_min", 0) if frame_pixels >= DOMAIN_MIN_FRAME_PIXELS else 0
     by_bytes = (flat is not None and not single_frame
                 and _terms_at(flat, dry, dry1, False, least) < _terms_at(line, dry, dry1, False, least))
     terms = flat if by_bytes else line
@@ -2688,10 +2702,10 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool) -> str:
     bounded = _terms_at(terms, dry, dry1, single_frame and not by_bytes, least)
     if bounded < _terms_at(terms, dry, dry1, single_frame and not by_bytes):
         text = (f"dry-run peak {dry / MIB:.0f} MiB + {(bounded - dry) / MIB:.0f} MiB, what it reserves beyond the "
-                f"dry run at its smallest measured dry-run peak, {least / MIB:.0f} MiB (never more below it), "
-                f"below its terms {text}")
+                f"dry run scaled up to its smallest measured dry-run peak, {least / MIB:.0f} MiB (never more below "
+                f"it), below its terms {text}")
     resident = _resident_at(line, dry, single_frame)
-    if resident > _affine_at(line, dry, dry1, single_frame):
+    if resident > _affine_at(line, dry, dry1, single_frame, frame_pixels):
         text = (f"{line['resident_factor']:.2f} x dry-run peak {dry / MIB:.0f} MiB + "
                 f"{(resident - line['resident_factor'] * dry) / MIB:.0f} MiB (the least any of its points needed "
                 f"beyond its dry run, with the margin), above {text}")
@@ -2838,7 +2852,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                     if other else f"{branch}its own line{kept} on {on} ({own['n_points']} points{where}): ")
             reason = (head + _live_floor_says(own, dry, one, single, int(width) * int(height), copy, live)
                       + (f"the floor its smallest points measured, {resident / MIB:.0f} MiB, above "
-                         if at_floor else "") + _line_terms(line, dry, one, single))
+                         if at_floor else "") + _line_terms(line, dry, one, single, int(width) * int(height)))
             seen = own.get("transient_seen_bytes")
             if copy and "copy_line" in own:  # its live line, the copy branch below it here
                 reason += (f"; {_copy_says(plan, tile)}, {copy / MIB:.0f} MiB, is held while few tensors are live, "
@@ -2887,7 +2901,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         where = "tiled here" if own_untiled is not None else "here"
         reason = (f"{m['architecture']} not measured {where}; {which} ({agree}, spread {calib['spread']:.2f}{below}): "
                   + (_transfer_floor_says(calib, dry, live, tile is None) if floored else "")
-                  + _line_terms(line, dry, one, single))
+                  + _line_terms(line, dry, one, single, px))
         chosen = priced
         seen = chosen.get("transient_seen_bytes")
         if copy and seen is not None and copy <= seen:  # an own line fitted on the whole demand

@@ -21,8 +21,8 @@ from typing import Any
 
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
-from vaemem.estimate import (AMX_BACKEND, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS, calibration_bytes, group_id,
-                             transfer_bytes, transfer_line, variant_key, variant_parts)
+from vaemem.estimate import (AMX_BACKEND, DOMAIN_MIN_FRAME_PIXELS, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS,
+                             calibration_bytes, group_id, transfer_bytes, transfer_line, variant_key, variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -377,14 +377,6 @@ def _live(r: tuple) -> float:
     return r[6] if len(r) > 6 else r[0]
 
 
-# The calibration line's domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
-# CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
-# (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
-# bend the line for every size, so they get a line of their own (``small``), which prices the requests below the
-# domain (apps decode at 256 px and more).
-DOMAIN_MIN_FRAME_PIXELS = 128 * 96
-
-
 def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
                      weight_copy: bool = False, resident: bool = False) -> dict[str, Any]:
     """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels[, weight
@@ -467,10 +459,13 @@ def _envelope(rows: list[tuple], margin: float, floor: bool = False, weight_copy
         if weight_copy:
             line["weight_copy_factor"] = round(1 + margin, 6)
         low = [r[2] - copy(r) for r in order[:k]]  # the floor is of what the copy leaves, as the line is
-        first, last = (calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], live=_live(r))
+        # the evidence of a floor is the line's own terms at the points below it (its bound below its smallest dry
+        # run, estimate._terms_at, would make any demand it leaves there look like one)
+        bare = {n: v for n, v in line.items() if n != "dry_bytes_min"}
+        first, last = (calibration_bytes(bare, r[0], r[1], bool(r[3]), r[4], live=_live(r))
                        for r in (order[0], order[k - 1]))
         flat = k >= 2 and max(low) <= FLOOR_FLAT * min(low) and last >= FLOOR_LINE_RISE * first
-        if not flat and all(calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], copy(r), live=_live(r))
+        if not flat and all(calibration_bytes(bare, r[0], r[1], bool(r[3]), r[4], copy(r), live=_live(r))
                             >= FLOOR_NEEDED * r[2]
                             for r in order[:k]):
             continue  # the line alone nearly covers them and their demand is not flat: no evidence of a floor
@@ -539,12 +534,13 @@ def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -
     22 MiB) that reserved its own largest clips 1.20x and, as the highest line of its class, the other
     architectures' large clips 1.16-1.33x (medians, left out); the flat one (1.047 x + 39 MiB) prices them. Not for a
     one-frame clip: those few small points have little weight in bytes, and the flat line, left out, under-priced
-    HunyuanVideo's one-frame fp32 decode at 320x192 (0.986). Where a row needed less than its dry run (less its
-    transient, ``weight_copy``: what the line is fitted on), the line carries ``dry_bytes_min``, its rows' smallest
-    dry-run peak, below which it never prices more beyond the dry run than there
-    (:func:`vaemem.estimate._terms_at`)."""
+    HunyuanVideo's one-frame fp32 decode at 320x192 (0.986). Where a row needed less than its dry run (its dry runs
+    over-state), the line carries ``dry_bytes_min``, its rows' smallest dry-run peak, below which, growing slower
+    than the dry run, it never prices more beyond the dry run than there (:func:`vaemem.estimate._terms_at`); not
+    where only the demand less the transient (what a ``weight_copy`` line is fitted on) is below it: a copy held
+    beside few live tensors (a copy branch's rows) says nothing of the dry run."""
     line = _line_of(rows, margin, weight_copy, "ratio")
-    if any(r[2] - (r[5] if weight_copy else 0) < r[0] for r in rows):  # its dry runs over-state
+    if any(r[2] < r[0] for r in rows):  # its dry runs over-state
         line["dry_bytes_min"] = int(min(r[0] for r in rows))
     # the flat branch prices only beyond a one-frame clip: its terms there, and none where they are the line's
     flat = {n: v for n, v in _line_of(rows, margin, weight_copy, "bytes").items() if n in FLAT_TERMS}
