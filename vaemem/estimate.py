@@ -163,10 +163,13 @@ from collections.abc import Callable, Iterator
 # peak, below which, growing slower than the dry run, it never reserves more beyond the dry run than it does there
 # (:func:`_terms_at`), where 19 extrapolated it
 # (LTX-2's bf16 encode line, 0.751 x its dry run + 86 MiB from 220 to 436 MiB, priced LTX-Video's 16 MiB dry run
-# at 98 MiB, 3.1x its demand): a reader of 19 would ignore it (over); a file of 19 is one of 20 without it, so it
-# stays readable and layers with it.
+# at 98 MiB, 3.1x its demand): a reader of 19 would ignore it (over). And the untiled half-precision oneDNN lines
+# without AMX of an unsliced batch are in its call peak too (:func:`call_peak`), where 19 added the largest weight
+# copy to its dry run: a reader of 19 would add the copy to them (over); a file of 19 is priced by its own rule,
+# and its oneDNN lines do not layer with those of 20.
 SCHEMA_VERSION = 20
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
+BATCH_CALL_PEAK_SCHEMA = 20  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
 FIRST_CALL_SCHEMA = 18  # the first schema whose untiled calibrations may carry first_call_bytes
 PER_KNOT_SCHEMA = 17  # the first schema whose oneDNN factors may be one per knot
@@ -390,9 +393,9 @@ def _layer(docs: list) -> dict:
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     # (16 adds a flat branch, which prices no other line otherwise: it layers with 15; 17's lines are in the dry
     # run with each clip length's factor; 18 adds a transfer's first-call cost, absent meaning 0: it layers with 17;
-    # 19's untiled half-precision lines without AMX are in the call peak; 20 adds a line's smallest dry run, absent
-    # meaning none: it layers with 19)
-    rule = lambda v: HALF_CALL_PEAK_SCHEMA if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
+    # 19's untiled half-precision lines without AMX are in the call peak, 20's of a batch as well)
+    rule = lambda v: BATCH_CALL_PEAK_SCHEMA if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
+        if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
         if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA \
         else min(v, RESIDENT_SCHEMA)  # noqa: E731
     for i in onednn[1:]:
@@ -1775,7 +1778,7 @@ class _Plan:
                  "variant_own", "variant", "calib", "group", "cref", "arch_video", "legacy", "pixel_line",
                  "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "dtype", "backend")
+                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "batched", "dtype", "backend")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1877,6 +1880,7 @@ class _Plan:
         # 12, half precision's without AMX from 19
         since = CALL_PEAK_SCHEMA if dtype == "fp32" else HALF_CALL_PEAK_SCHEMA
         self.calls = copy_s if coef["schema_version"] >= since and _call_peaks(copy_s or {}) else None
+        self.batched = coef["schema_version"] >= BATCH_CALL_PEAK_SCHEMA  # a half-precision batch's too (call_peak)
         self.dtype = dtype
         self.backend = backend
         if s is not None and self.calib is not None:
@@ -2019,7 +2023,8 @@ class _Plan:
                 return whole
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
-            kd, k1, cp = call_dry_runs(self.calls, self.dtype, self.backend, t is not None, b, w, h, f, kdry, kone)
+            kd, k1, cp = call_dry_runs(self.calls, self.dtype, self.backend, t is not None, b, w, h, f, kdry, kone,
+                                       self.batched and not sliced)
             if cp is not None:  # the transient is in them (schema 12, half precision 19)
                 copy = 0
             # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
@@ -2486,9 +2491,11 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     return copied, columns
 
 
-def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: str = "fp32") -> float | None:
+def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: str = "fp32",
+                         batch: int = 1) -> float | None:
     """The largest of the bytes live at a convolution's call plus the transient it holds there (its weight's copy
-    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled request of one sample, or None
+    or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled request of one sample (in half
+    precision, from schema 20, of a ``batch``: its live bytes ``batch`` x one sample's, the copy once), or None
     where the untiled fp32 structure ``s`` does not carry the live bytes at the calls (before schema 12). In half
     precision (from schema 19) every convolution runs on oneDNN and copies its weight (two copies where its input
     is channels-last, as in fp32), and the bytes live at its call are the fp32 dry run's at the element size's
@@ -2503,16 +2510,18 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: s
     if not _call_peaks(s):
         return None
     size = ELEMENT_SIZE[dtype]
-    return max(live * size / ELEMENT_SIZE["fp32"] + size * max(copy, buffer) for copy, buffer, live in
-               _conv_calls(s, width, height, frames, half=dtype != "fp32"))
+    return max(batch * live * size / ELEMENT_SIZE["fp32"] + size * max(copy, buffer) for copy, buffer, live in
+               _conv_calls(s, width, height, frames, half=dtype != "fp32", batch=batch))
 
 
-def _conv_calls(s: dict, width: int, height: int, frames: int,
-                half: bool = False) -> Iterator[tuple[int, float, float]]:
+def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = False,
+                batch: int = 1) -> Iterator[tuple[int, float, float]]:
     """Per convolution of ``s["conv_transients"]`` at one sample of a request, (weight elements it copies, im2col
     elements it holds) at a call where it holds one, with the bytes live at that call (0 without them): its largest
     call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`);
-    ``half``: in half precision, where every call runs on oneDNN and copies its weight."""
+    ``half``: in half precision, where every call runs on oneDNN and copies its weight; a ``batch`` of more than one
+    doubles the copy where any knot saw its input channels-last (as :func:`conv_transient_elements`: the traced
+    rule is of one sample's input)."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
@@ -2535,7 +2544,8 @@ def _conv_calls(s: dict, width: int, height: int, frames: int,
         elements = law(rule, read)
         if half or elements > ONEDNN_MIN_ELEMENTS:
             # a channels-last input: torch copies the weight to channels-last before oneDNN reorders it
-            doubled = any(t is not None and elements > t for t in (last[j], last[i]))
+            doubled = any(t is not None and elements > t for t in (last[j], last[i])) if batch == 1 else \
+                any(t is not None for t in last)
             yield 2 * w if doubled else w, 0.0, live
             if not half and law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
                 yield 0, law(cols_min, pixels), polyline(lives[1]) if lives else 0.0
@@ -2544,12 +2554,18 @@ def _conv_calls(s: dict, width: int, height: int, frames: int,
 
 
 def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
-              frames: int) -> float | None:
+              frames: int, batched: bool = True) -> float | None:
     """:func:`conv_call_peak_bytes` where a request's lines are in the larger of it and the dry run with oneDNN's
     buffers (fp32 from schema 12, half precision without AMX from 19): an untiled request of one sample on a
     weight-copying backend whose untiled fp32 structure ``s`` carries the live bytes at its convolutions' calls,
-    and then no transient is added; else None (the line adds the transient, :func:`conv_transient_bytes`; a batch
-    is never priced below one sample: ``_Plan.price``). Why half precision without AMX too: LTX-2's bf16 decode at
+    and then no transient is added; in half precision without AMX an unsliced batch as well where ``batched`` (from
+    schema 20); else None (the line adds the transient, :func:`conv_transient_bytes`; a batch is never priced below
+    one sample: ``_Plan.price``). Why a batch: every half-precision convolution runs on oneDNN and copies its
+    weight at any batch, and the copy adds to what is live at its call; campaign 34 measured LTX-2's bf16 encode at
+    batch 2 (232-237 MiB from 128x128 x 1 to 256x256 x 1 and 128x128 x 9, where batch 1 needed 236 at 320x192 x 9:
+    the copy of its 216 MiB weight and a little), whose rows, in the dry run with the copy added, bent its own line
+    to 1.90x in sample (LTX-Video 0.9.5's 1.99x); in the call peak 1.07x. Not in fp32, where a batch moves every
+    convolution to oneDNN (``sliced``: one sample per call, never). Why half precision without AMX too: LTX-2's bf16 decode at
     768x512 x 9 needs 407 MiB, 4 beyond its dry run, where the dry run plus its 216 MiB weight copy read 623, and
     at 320x192 x 9 236 MiB, 15 beyond its call peak (220); with the copy added, the demand / dry run of the conv3d
     bf16 decoders spread 4.05x over ten architectures, in the call peak 1.06x. Not with AMX (``onednn-amx``), whose
@@ -2558,24 +2574,26 @@ def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int,
     Xeon needs 13.7-22.2 MiB beyond the call peak at its 21 points, but Wan 2.2's 21-68, growing with size (the
     AMX rule's buffers under-count there): in the call peak, left out, Wan 2.2's decode was under at 10 of 12 points
     (0.97) and Sana's DC-AE decode at one (1.00), both covered with the copy added."""
-    if backend not in WEIGHT_COPY_BACKENDS or batch != 1 or not _lists_convs(s, tiled) \
-            or (dtype != "fp32" and backend == AMX_BACKEND):
+    if backend not in WEIGHT_COPY_BACKENDS or not _lists_convs(s, tiled) \
+            or (dtype != "fp32" and backend == AMX_BACKEND) or (batch != 1 and (dtype == "fp32" or not batched)):
         return None
-    return conv_call_peak_bytes(s, width, height, frames, dtype)
+    return conv_call_peak_bytes(s, width, height, frames, dtype, batch)
 
 
 def call_dry_runs(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int, width: int, height: int,
-                  frames: int, dry: float, one: float) -> tuple[float, float, float | None]:
+                  frames: int, dry: float, one: float, batched: bool = True) -> tuple[float, float, float | None]:
     """(dry run, dry run of one sample, the call peak or None) a request's lines take, from its dry run ``dry`` and
     one sample's ``one`` as its platform's lines are in them (:func:`onednn_hidden_factor`): where
-    :func:`call_peak` applies, the larger of the dry run and it for both, and the transient is in them (not
-    added); else the dry runs, a batch's per-sample term one sample's as one sample is priced (its call peak where
-    that leads). The fit's rows (``vaemem.fit.coefficients.row_of``), the price and the reason all take them
-    here."""
-    cp = call_peak(s, dtype, backend, tiled, batch, width, height, frames)
+    :func:`call_peak` applies (``batched``: to an unsliced batch in half precision, schema 20), the larger of the
+    dry run and it, and of one sample's dry run and its call peak, and the transient is in them (not added); else
+    the dry runs, a batch's per-sample term one sample's as one sample is priced (its call peak where that leads).
+    The fit's rows (``vaemem.fit.coefficients.row_of``), the price and the reason all take them here."""
+    cp = call_peak(s, dtype, backend, tiled, batch, width, height, frames, batched)
     if cp is not None:
         top = max(dry, cp)
-        return top, top, cp
+        if batch == 1:
+            return top, top, cp
+        return top, max(one, call_peak(s, dtype, backend, tiled, 1, width, height, frames) or 0.0), cp
     single = None if batch == 1 else call_peak(s, dtype, backend, tiled, 1, width, height, frames)
     return dry, one if single is None else max(one, single), None
 
@@ -2798,8 +2816,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             hidden = (f"; that dry-run peak is its fused part's x {k:.4g} for the buffers oneDNN's ops hold while they "
                       f"run{outputs}, above its live tensors' peak at its score matrices, {live / MIB:.0f} MiB")
         top, one, cp = call_dry_runs(plan.calls, plan.dtype, plan.backend, tile is not None, int(batch), int(width),
-                                     int(height), int(frames), dry, one)
-        if cp is not None:  # the transient is in them (schema 12, half precision 19)
+                                     int(height), int(frames), dry, one,
+                                     plan.batched and not (plan.out is not None and int(batch) > 1))
+        if cp is not None:  # the transient is in them (schema 12, half precision 19, its batches 20)
             copy = 0
             if cp > dry:
                 hidden = (f"; that dry-run peak is the most a convolution's call holds, {cp / MIB:.0f} MiB: the "

@@ -366,7 +366,8 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))
     dry, one, cp = est.call_dry_runs(s, key["dtype"], key["conv_backend"], bool(q["tile"]), q["batch"], q["width"],
-                                     q["height"], q["frames"], *kd)  # type: ignore[misc]
+                                     q["height"], q["frames"], *kd,  # type: ignore[misc]
+                                     batched=not (q.get("slicing", False) and q["batch"] > 1))
     transient = 0 if cp is not None else transient_bytes(point, key, structures)
     return dry, one, 0, single, q["width"] * q["height"], transient, d[0]
 
