@@ -527,6 +527,25 @@ def _record(model, w, demand, batch=1):
 COPY = est.weight_copy_bytes(2359296, "fp32", "onednn")
 
 
+def test_a_per_sample_term_only_where_a_batch_dry_run_is_well_above_one_samples():
+    """A batch whose dry run is one sample's within :data:`PER_SAMPLE_MIN_RATIO` (a weight copy held at one call
+    leads both, as LTX-2's bf16 encode at batch 2) cannot tell a per-sample cost from a per-byte one: the line has
+    no per-sample term, and its slope prices a larger batch whose live tensors lead (LTX-2's own line had put its
+    slope on the per-sample term, 0.0 x dry + 0.73 x one sample's, under its call peak at 512x512 x 9 in two).
+    Where a batch's dry run is twice one sample's, the term is fitted (the known answer of the test below)."""
+    px = 512 * 512
+    rows = [(d * MIB, d * MIB, (0.9 * d + 30) * MIB, False, px) for d in (220, 300, 436)]
+    rows += [(d * 1.02 * MIB, d * MIB, (0.9 * d * 1.02 + 30) * MIB, False, px) for d in (218, 221)]  # batches of 2
+    assert co._terms(rows) == (False, False)
+    line = co.calibration_line(rows, 0.0)
+    assert line["per_sample_factor"] == 0.0 and line["dry_factor"] == pytest.approx(0.9, abs=2e-4)
+    big = 2 * 600 * MIB  # a batch of two led by its live tensors: the line's slope, not one sample's term, prices it
+    assert est.calibration_bytes(line, big, big / 2, False, px, live_floor=False) == pytest.approx(0.9 * big + 30 * MIB,
+                                                                                                  rel=1e-3)
+    doubled = rows + [(2 * 300 * MIB, 300 * MIB, 500 * MIB, False, px)]
+    assert co._terms(doubled) == (True, False)
+
+
 def _data(tmp_path, records):
     p = tmp_path / "m.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -1466,8 +1485,8 @@ def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_th
     run, 220 MiB, it keeps what it reserves beyond the dry run there instead. A line that grows at least as fast as
     the dry run is itself below its points, and a line none of whose points needed less than its dry run (where it
     grows slower, a resident floor) has no bound. The reason says where the bound prices; a file of schema 19
-    carrying it, or one above the line's largest dry run, is refused, naming it; a file of 19 does not layer with
-    one of 20 (whose half-precision batches are in their call peak). Not below the calibration domain, nor for a batch or one-frame clip whose terms grow as fast as the dry run
+    carrying it, or one above the line's largest dry run, is refused, naming it; a file of 19 layers with one of 20
+    (not with the packaged one of 21, whose half-precision batches are in their call peak). Not below the calibration domain, nor for a batch or one-frame clip whose terms grow as fast as the dry run
     per sample, nor where the line reserves less than the dry run at its smallest point; no copy branch has one."""
     px = 512 * 512
     rows = [(d * MIB, d * MIB, y * MIB, False, px) for d, y in ((220, 236), (226, 243), (436, 393))]
@@ -1530,9 +1549,13 @@ def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_th
                                                    "dry_bytes_max")):
         est.validate(bad, "c.json")
     kw = dict(dtype="bf16", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
-    with pytest.raises(ValueError, match=r"oneDNN lines of schemas 20 and 19, which are priced differently"):
-        est.explain("ltx-video", "encode", 128, 128, coefficients=[None, as_schema(json.loads(json.dumps(doc)), 19)],
-                    **kw)
+    twenty = as_schema(json.loads(json.dumps(doc)), 20)
+    shipped = est.explain("ltx-video", "encode", 128, 128, coefficients=twenty, **kw)
+    layered = est.explain("ltx-video", "encode", 128, 128,
+                          coefficients=[twenty, as_schema(json.loads(json.dumps(doc)), 19)], **kw)
+    assert (layered.bytes, layered.reason) == (shipped.bytes, shipped.reason)
+    with pytest.raises(ValueError, match=r"oneDNN lines of schemas 21 and 20, which are priced differently"):
+        est.explain("ltx-video", "encode", 128, 128, coefficients=[None, twenty], **kw)
 
 
 def test_a_factor_per_knot_bounds_every_later_clip_and_is_read_from_schema_17():

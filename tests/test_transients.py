@@ -184,16 +184,17 @@ def test_the_call_peak_known_answers():
     # where the lines are in it: untiled, of one sample, on a weight-copying backend
     assert est.call_peak(s, "fp32", "onednn", False, 1, 50, 205, 1) == 2 * 50 * 205 + 400_000
     assert est.call_peak(s, "bf16", "onednn", False, 1, 50, 204, 1) == 50 * 204 + 200_000
-    # a half-precision batch (schema 20): its live bytes twice one sample's, the copy once; doubled where a knot saw
-    # its input channels-last (the rule was traced on one sample's)
+    # a half-precision batch (schema 21): its live bytes twice one sample's, the copy once; doubled where the
+    # elements the rule reads, twice one sample's (20,400 at 50x204), pass the channels-last threshold
     assert est.call_peak(s, "bf16", "onednn", False, 2, 50, 204, 1) == 2 * 50 * 204 + 200_000
-    last = _structure([[100.0, 0, 0], [200.0, 0, 0]], [[0, 0, 0], [0, 0, 0]], last=[None, 10**9], live=[two, two])
+    last = _structure([[100.0, 0, 0], [200.0, 0, 0]], [[0, 0, 0], [0, 0, 0]], last=[30_600, 30_600],
+                      live=[two, two])
     assert est.conv_call_peak_bytes(last, 50, 204, 1, "bf16") == 50 * 204 + 200_000
     assert est.conv_call_peak_bytes(last, 50, 204, 1, "bf16", batch=2) == 2 * 50 * 204 + 400_000
     assert est.call_dry_runs(s, "bf16", "onednn", False, 2, 50, 204, 1, 10.0, 5.0) == \
         (2 * 50 * 204 + 200_000, 50 * 204 + 200_000, 2 * 50 * 204 + 200_000)
     # not with AMX, whose calls' buffers were never measured: the copy stays added there; nor a batch in fp32 (it
-    # moves every convolution to oneDNN), nor a sliced batch or a file of schema 19 (``batched``)
+    # moves every convolution to oneDNN), nor a sliced batch or a file of schema 20 (``batched``)
     for dtype, backend, tiled, batch in (("bf16", "onednn-amx", False, 1), ("bf16", "cudnn", False, 1),
                                          ("fp32", "cudnn", False, 1),
                                          ("fp32", "onednn", True, 1), ("bf16", "onednn", True, 1),
@@ -240,7 +241,7 @@ def test_the_packaged_half_precision_call_peaks_reproduce_fresh_dry_runs(name, o
 @pytest.mark.parametrize("name,op,w,h,f", [
     ("tiny-ltx-2", "encode", 128, 128, 1), ("tiny-wan", "decode", 160, 96, 9), ("tiny-kl", "decode", 256, 256, 1)])
 def test_a_half_precision_batch_call_peak_from_the_fp32_structure_equals_a_batch_dry_run(name, op, w, h, f):
-    """Schema 20: a half-precision batch of 2's call peak, the fp32 structure's live bytes at each call twice one
+    """Schema 21: a half-precision batch of 2's call peak, the fp32 structure's live bytes at each call twice one
     sample's (halved) and each weight's copy once, is within 1 % of a half-precision dry run of that batch (the
     tiny models hold no channels-last input)."""
     entries = [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes, "output_bytes": r.output_bytes,

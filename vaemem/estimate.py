@@ -163,13 +163,15 @@ from collections.abc import Callable, Iterator
 # peak, below which, growing slower than the dry run, it never reserves more beyond the dry run than it does there
 # (:func:`_terms_at`), where 19 extrapolated it
 # (LTX-2's bf16 encode line, 0.751 x its dry run + 86 MiB from 220 to 436 MiB, priced LTX-Video's 16 MiB dry run
-# at 98 MiB, 3.1x its demand): a reader of 19 would ignore it (over). And the untiled half-precision oneDNN lines
-# without AMX of an unsliced batch are in its call peak too (:func:`call_peak`), where 19 added the largest weight
-# copy to its dry run: a reader of 19 would add the copy to them (over); a file of 19 is priced by its own rule,
-# and its oneDNN lines do not layer with those of 20.
-SCHEMA_VERSION = 20
+# at 98 MiB, 3.1x its demand): a reader of 19 would ignore it (over); a file of 19 is one of 20 without it, so it
+# stays readable and layers with it.
+# 21: the untiled half-precision oneDNN lines without AMX of an unsliced batch are in its call peak too
+# (:func:`call_peak`), where 20 added the largest weight copy to its dry run (LTX-2's bf16 encode at batch 2 and
+# 128x128 needs 232.5 MiB: its call peak and a little; its dry run is 8 MiB): a reader of 20 would add the copy to
+# them (over); a file of 20 is priced by its own rule, and its oneDNN lines do not layer with those of 21.
+SCHEMA_VERSION = 21
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
-BATCH_CALL_PEAK_SCHEMA = 20  # the first whose half-precision lines without AMX price a batch in its call peak
+BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
 FIRST_CALL_SCHEMA = 18  # the first schema whose untiled calibrations may carry first_call_bytes
 PER_KNOT_SCHEMA = 17  # the first schema whose oneDNN factors may be one per knot
@@ -183,7 +185,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21)
 # The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -393,7 +395,8 @@ def _layer(docs: list) -> dict:
     onednn = [i for i, d in enumerate(docs) if _has_onednn(d)]
     # (16 adds a flat branch, which prices no other line otherwise: it layers with 15; 17's lines are in the dry
     # run with each clip length's factor; 18 adds a transfer's first-call cost, absent meaning 0: it layers with 17;
-    # 19's untiled half-precision lines without AMX are in the call peak, 20's of a batch as well)
+    # 19's untiled half-precision lines without AMX are in the call peak, 20 adds a line's smallest dry run, absent
+    # meaning none: it layers with 19; 21's half-precision batches are in their call peak too)
     rule = lambda v: BATCH_CALL_PEAK_SCHEMA if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
         if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
         if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA \
@@ -2495,7 +2498,8 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: s
                          batch: int = 1) -> float | None:
     """The largest of the bytes live at a convolution's call plus the transient it holds there (its weight's copy
     or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled request of one sample (in half
-    precision, from schema 20, of a ``batch``: its live bytes ``batch`` x one sample's, the copy once), or None
+    precision, from schema 21, of a ``batch``: its live bytes ``batch`` x one sample's, the copy once; never of an
+    fp32 batch, :func:`call_peak`), or None
     where the untiled fp32 structure ``s`` does not carry the live bytes at the calls (before schema 12). In half
     precision (from schema 19) every convolution runs on oneDNN and copies its weight (two copies where its input
     is channels-last, as in fp32), and the bytes live at its call are the fp32 dry run's at the element size's
@@ -2519,9 +2523,9 @@ def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = Fals
     """Per convolution of ``s["conv_transients"]`` at one sample of a request, (weight elements it copies, im2col
     elements it holds) at a call where it holds one, with the bytes live at that call (0 without them): its largest
     call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`);
-    ``half``: in half precision, where every call runs on oneDNN and copies its weight; a ``batch`` of more than one
-    doubles the copy where any knot saw its input channels-last (as :func:`conv_transient_elements`: the traced
-    rule is of one sample's input)."""
+    ``half``: in half precision, where every call runs on oneDNN and copies its weight; of a ``batch``, whose input
+    the rule reads ``batch`` x one sample's elements of (N x C x the next two dims), where those pass the
+    channels-last threshold."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
@@ -2544,8 +2548,7 @@ def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = Fals
         elements = law(rule, read)
         if half or elements > ONEDNN_MIN_ELEMENTS:
             # a channels-last input: torch copies the weight to channels-last before oneDNN reorders it
-            doubled = any(t is not None and elements > t for t in (last[j], last[i])) if batch == 1 else \
-                any(t is not None for t in last)
+            doubled = any(t is not None and batch * elements > t for t in (last[j], last[i]))
             yield 2 * w if doubled else w, 0.0, live
             if not half and law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
                 yield 0, law(cols_min, pixels), polyline(lives[1]) if lives else 0.0
@@ -2559,7 +2562,7 @@ def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int,
     buffers (fp32 from schema 12, half precision without AMX from 19): an untiled request of one sample on a
     weight-copying backend whose untiled fp32 structure ``s`` carries the live bytes at its convolutions' calls,
     and then no transient is added; in half precision without AMX an unsliced batch as well where ``batched`` (from
-    schema 20); else None (the line adds the transient, :func:`conv_transient_bytes`; a batch is never priced below
+    schema 21); else None (the line adds the transient, :func:`conv_transient_bytes`; a batch is never priced below
     one sample: ``_Plan.price``). Why a batch: every half-precision convolution runs on oneDNN and copies its
     weight at any batch, and the copy adds to what is live at its call; campaign 34 measured LTX-2's bf16 encode at
     batch 2 (232-237 MiB from 128x128 x 1 to 256x256 x 1 and 128x128 x 9, where batch 1 needed 236 at 320x192 x 9:
@@ -2584,7 +2587,7 @@ def call_dry_runs(s: dict | None, dtype: str, backend: str, tiled: bool, batch: 
                   frames: int, dry: float, one: float, batched: bool = True) -> tuple[float, float, float | None]:
     """(dry run, dry run of one sample, the call peak or None) a request's lines take, from its dry run ``dry`` and
     one sample's ``one`` as its platform's lines are in them (:func:`onednn_hidden_factor`): where
-    :func:`call_peak` applies (``batched``: to an unsliced batch in half precision, schema 20), the larger of the
+    :func:`call_peak` applies (``batched``: to an unsliced batch in half precision, schema 21), the larger of the
     dry run and it, and of one sample's dry run and its call peak, and the transient is in them (not added); else
     the dry runs, a batch's per-sample term one sample's as one sample is priced (its call peak where that leads).
     The fit's rows (``vaemem.fit.coefficients.row_of``), the price and the reason all take them here."""
@@ -2818,7 +2821,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         top, one, cp = call_dry_runs(plan.calls, plan.dtype, plan.backend, tile is not None, int(batch), int(width),
                                      int(height), int(frames), dry, one,
                                      plan.batched and not (plan.out is not None and int(batch) > 1))
-        if cp is not None:  # the transient is in them (schema 12, half precision 19, its batches 20)
+        if cp is not None:  # the transient is in them (schema 12, half precision 19, its batches 21)
             copy = 0
             if cp > dry:
                 hidden = (f"; that dry-run peak is the most a convolution's call holds, {cp / MIB:.0f} MiB: the "

@@ -517,12 +517,19 @@ def resident_fields(rows: list[tuple], margin: float, weight_copy: bool = False)
     return {"resident_factor": round(1 + margin, 6), **kept} if kept else {}
 
 
+# A batch tells a per-sample cost from a per-byte one only where its dry run is well above one sample's: where a
+# weight copy held at one call leads both (LTX-2's bf16 encode at batch 2 and 128x128: its call peak 1.01x one
+# sample's), the two columns are one, and a line fitted with both put its slope on the per-sample term (LTX-2's
+# 0.0 x dry + 0.73 x one sample's), which priced a large batch, led by its live tensors, below its call peak.
+PER_SAMPLE_MIN_RATIO = 1.25
+
+
 def _terms(rows: list[tuple]) -> tuple[bool, bool]:
     """(per-sample term, single-frame terms): which of the optional terms a line through ``rows`` is fitted with:
-    the first where the rows hold more than one batch size, the second where they hold one-frame and longer
-    clips of a video model."""
+    the first where a row's dry run is at least :data:`PER_SAMPLE_MIN_RATIO` x its sample's (a batch its live
+    tensors lead), the second where they hold one-frame and longer clips of a video model."""
     single = sum(1 for r in rows if r[3])
-    return any(abs(r[0] - r[1]) > 0.5 for r in rows), 0 < single < len(rows)
+    return any(r[0] >= PER_SAMPLE_MIN_RATIO * r[1] for r in rows), 0 < single < len(rows)
 
 
 def _line_through(rows: list[tuple], margin: float, weight_copy: bool = False) -> dict[str, Any]:
