@@ -70,6 +70,14 @@ def _err_line(result) -> str:
      "--retry-failed adds nothing"),
     (["trace", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--slicing"],
      "a sliced point needs batch > 1"),  # as measure says: batch 1 sliced is the unsliced dry run
+    # a batch diffusers' HunyuanVideo 1.5 cannot run (campaign 36): the dry run crashed on it with a traceback
+    (["trace", "-m", "tiny-hunyuanvideo-1.5", "--op", "decode", "--dtype", "fp32", "--res", "64", "--frames", "5",
+      "--batch", "2"], "tiny-hunyuanvideo-1.5 cannot decode a batch of 2 unsliced: diffusers 0.42's"),
+    (["measure", "-m", "hunyuanvideo-1.5", "--op", "encode", "--dtype", "bf16", "--res", "256x160", "--frames", "9",
+      "--batch", "2"], "hunyuanvideo-1.5 cannot encode a batch of 2 unsliced"),
+    (["estimate", "-m", "hunyuanvideo-1.5", "--op", "decode", "--res", "256x160", "--frames", "9", "--batch", "2",
+      "--dtype", "bf16", "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux"],
+     "hunyuanvideo-1.5 cannot decode a batch of 2 unsliced"),
     # click's own usage errors: one line too, not a usage block and a box
     (["estimate", "-m", "sd15"], "error: Missing option '--op'. (`"),
     (["nope"], "error: No such command 'nope'."),

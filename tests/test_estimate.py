@@ -1225,3 +1225,21 @@ def test_a_batch_at_one_samples_price_explains_that_sample_as_requested(monkeypa
     assert "at one sample's price" in two.reason and two.reason.endswith(one.reason)
     assert two.group == one.group != untiled.group
     est.clear_cache()
+
+
+def test_an_unsliced_batch_the_model_cannot_run_is_refused_as_unrunnable():
+    """The packaged file's ``refused_batch`` (HunyuanVideo 1.5, campaign 36): pricing and the dry run refuse an
+    unsliced batch with the reason, as a request the model cannot run; one sample and a sliced batch are priced;
+    a file without the field refuses nothing."""
+    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=9)
+    for op in ("decode", "encode"):
+        with pytest.raises(est.Unrunnable, match=f"hunyuanvideo-1.5 cannot {op} a batch of 2 unsliced"):
+            est.working_memory_bytes("hunyuanvideo-1.5", op, 256, 160, batch=2, **kw)
+        with pytest.raises(est.Unrunnable, match=f"cannot {op} a batch of 3 unsliced"):
+            est.dry_run_bytes(None, "hunyuanvideo-1.5", op, 256, 160, dtype="bf16", batch=3, frames=9)
+        assert est.working_memory_bytes("hunyuanvideo-1.5", op, 256, 160, **kw) > 0
+        assert est.working_memory_bytes("hunyuanvideo-1.5", op, 256, 160, batch=2, slicing=True, **kw) > 0
+    doc = json.loads(COMMITTED.read_text())
+    for m in doc["models"].values():
+        m.pop("refused_batch", None)
+    assert est.working_memory_bytes("hunyuanvideo-1.5", "decode", 256, 160, batch=2, coefficients=doc, **kw) > 0

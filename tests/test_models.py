@@ -267,3 +267,28 @@ def test_minimax_ships_tiled_and_no_tile_turns_it_off():
     assert model.use_tiling is True
     configure_tiling(model, spec, None)
     assert model.use_tiling is False
+
+
+def test_hunyuanvideo_15_cannot_run_an_unsliced_batch_in_diffusers_and_says_so():
+    """Campaign 36: HunyuanVideo 1.5's decode and encode of a batch of two failed (its attention mask is built for
+    one sample). The refusal is diffusers' own: the tiny model of the class fails the same way in plain diffusers
+    (when a diffusers release runs it, this test says to drop the refusal), and runs sliced (one sample a call).
+    Points and dry runs refuse such a batch, naming why; a sliced one, or one sample, passes."""
+    import diffusers
+
+    spec = get_spec("tiny-hunyuanvideo-1.5")
+    vae = getattr(diffusers, spec.class_name).from_config(spec.config).eval()
+    x = torch.randn(2, 3, 5, 32, 32)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        vae.encode(x)
+    vae.enable_slicing()
+    with torch.no_grad():
+        assert vae.encode(x).latent_dist.mode().shape[0] == 2
+    for op in ("decode", "encode"):
+        assert spec.batch_refusal(op) and get_spec("hunyuanvideo-1.5").batch_refusal(op)
+        with pytest.raises(VaememError, match=f"cannot {op} a batch of 2 unsliced: diffusers 0.42's"):
+            validate(Point("hunyuanvideo-1.5", op, "bf16", 256, 160, 2, 9, allocator="glibc-fixed"))
+        validate(Point("hunyuanvideo-1.5", op, "bf16", 256, 160, 2, 9, allocator="glibc-fixed", slicing=True))
+        validate(Point("hunyuanvideo-1.5", op, "bf16", 256, 160, 1, 9, allocator="glibc-fixed"))
+    assert all(not s.batch_refusal(op) for s in registry().values() if s.class_name != spec.class_name
+               for op in ("decode", "encode"))

@@ -842,7 +842,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                            "int>0")
                 _need(n <= m["op_parameters"][op], f"{w}.largest_conv_parameters.{op}",
                       f"at most op_parameters.{op} ({m['op_parameters'][op]})", n)
-        for name in ("refused", "refused_tiled"):
+        for name in ("refused", "refused_tiled", "refused_batch"):
             if name in m:
                 _field(m, name, w, "dict")
         if "attention_ops" in m:
@@ -1750,13 +1750,16 @@ class Unrunnable(ValueError):
     the remedy (:func:`largest_tile`)."""
 
 
-def _check_runs(model: str, m: dict, op: str, tiled: bool) -> None:
-    """:class:`Unrunnable` where ``model`` (its file entry ``m``) refuses ``op``, or refuses it tiled (pricing and
-    :func:`dry_run_bytes`)."""
+def _check_runs(model: str, m: dict, op: str, tiled: bool, batch: int = 1) -> None:
+    """:class:`Unrunnable` where ``model`` (its file entry ``m``) refuses ``op``, refuses it tiled, or refuses an
+    unsliced ``batch`` of more than one (``refused_batch``: a file without it refuses none; a sliced batch passes
+    1) (pricing and :func:`dry_run_bytes`)."""
     if op not in m.get("ops", OPS):
         raise Unrunnable(f"{model} cannot {op}: {m.get('refused', {}).get(op, 'not supported')}")
     if tiled and op in m.get("refused_tiled", {}):
         raise Unrunnable(f"{model} cannot {op} tiled: {m['refused_tiled'][op]}")
+    if batch > 1 and op in m.get("refused_batch", {}):
+        raise Unrunnable(f"{model} cannot {op} a batch of {batch} unsliced: {m['refused_batch'][op]}")
 
 
 def _check_op(op: str, dtype: str, attention: str) -> None:
@@ -1781,7 +1784,7 @@ class _Plan:
                  "variant_own", "variant", "calib", "group", "cref", "arch_video", "legacy", "pixel_line",
                  "clip_bytes", "terms", "ref_terms",
                  "attn", "attn_terms", "out", "up", "uterms", "tile_min", "tile_max", "untiled", "copy", "whole",
-                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "batched", "dtype", "backend")
+                 "amx_bound", "hidden", "hidden_f", "apart", "calls", "batched", "dtype", "backend", "batch_refused")
     # copy: None, or (the untiled fp32 structure or None, its multiplier, op, dtype, backend) of the weight copy
 
     def __init__(self, coef: dict, model: str, op: str, dtype: str, loaded_dtype: str | None, backend: str,
@@ -1793,6 +1796,8 @@ class _Plan:
         m = _model(coef, model)
         _check_runs(model, m, op, tiled)
         self.model, self.m = model, m
+        # an unsliced batch its op cannot run (refused_batch), checked per request: (op, why) or None
+        self.batch_refused = None if slicing or op not in m.get("refused_batch", {}) else (op, m["refused_batch"][op])
         self.factor = m["spatial_factor"]
         self.image = m["temporal_factor"] is None
         self.step = frame_step(m)
@@ -1994,6 +1999,8 @@ class _Plan:
             raise ValueError(frames_error(self.model, self.step, f))
         if b > MAX_BATCH:  # type: ignore[operator]
             raise ValueError(batch_error(b))  # type: ignore[arg-type]
+        if b > 1 and self.batch_refused is not None:  # type: ignore[operator]
+            _check_runs(self.model, self.m, self.batch_refused[0], False, b)  # type: ignore[arg-type]
         kind = self.kind
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
@@ -2266,6 +2273,8 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     coef = _doc(coef)
     m = _model(coef, model)
     _check_runs(model, m, op, tile is not None)
+    if not slicing:
+        _check_runs(model, m, op, tile is not None, _positive_int("batch", batch))
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     problem = geometry_error(model, m["spatial_factor"], width, height,

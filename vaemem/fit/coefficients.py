@@ -264,6 +264,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
                      "frame_step": s.info.frame_step, "kernel": s.kernel, "ops": list(s.ops),
                      "refused": {op: s.refusal(op) for op in ("decode", "encode") if s.refusal(op)},
                      "refused_tiled": {op: s.tiled_refusal(op) for op in ("decode", "encode") if s.tiled_refusal(op)},
+                     "refused_batch": {op: s.batch_refusal(op) for op in ("decode", "encode") if s.batch_refusal(op)},
                      "attention_ops": list(ATTENTION_OPS[name]),
                      "family": "sd" if s.class_name == "AutoencoderKL" and s.latent_channels == 4 else s.family}
               for name, s in reg.items() if s.architecture in archs or not s.tiny}

@@ -95,9 +95,11 @@ def variant_suffix(point: dict[str, Any]) -> str:
 
 
 def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: object, attention: object,
-                  conv3d: object, batch: int) -> None:
+                  conv3d: object, batch: int, op: str | None = None) -> None:
     """Raise VaememError naming what is wrong with a variant of ``spec``; measurement points and dry runs both
-    call it."""
+    call it (``op``: also an unsliced batch its ``op`` cannot run)."""
+    if op is not None and batch > 1 and slicing is not True and spec.batch_refusal(op):
+        raise VaememError(f"{spec.name} cannot {op} a batch of {batch} unsliced: {spec.batch_refusal(op)}")
     if attention not in ATTENTION:
         raise VaememError(f"unknown attention path {attention!r}; choose one of: {', '.join(ATTENTION)}")
     if conv3d not in CONV3D:
@@ -180,7 +182,7 @@ def validate(p: Point) -> Point:
     """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
     spec = get_spec(p.model)
     check_geometry(spec, p.op, p.dtype, p.width, p.height, p.batch, p.frames, p.tile)
-    check_variant(spec, p.tile, p.overlap, p.slicing, p.attention, p.conv3d, p.batch)
+    check_variant(spec, p.tile, p.overlap, p.slicing, p.attention, p.conv3d, p.batch, p.op)
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
         raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
     allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS

@@ -241,6 +241,7 @@ class ClassInfo:
     video: bool
     refused_ops: tuple[tuple[str, str], ...] = ()  # (op, reason the class cannot run it in vaemem)
     refused_tiled_ops: tuple[tuple[str, str], ...] = ()  # (op, reason its tiled path cannot run)
+    refused_batch_ops: tuple[tuple[str, str], ...] = ()  # (op, reason it cannot run a batch of more than one)
     frame_step: int | None = None  # clip lengths are 1 + frame_step*k where that differs from the temporal factor
     # copies of the output its tiled decode holds while it concatenates the rows and the output (the dry runs show
     # two for the image classes; Wan's tiled_decode also clamps the result: three)
@@ -267,6 +268,8 @@ class ClassInfo:
     encodes_in_clips: bool = False
 
 
+_HV15_BATCH = ("diffusers 0.42's AutoencoderKLHunyuanVideo15 builds its atte"
+               "ntion mask for one sample: a batch of two fails (output with shape [2, 1, N, N] doesn't match the broadcast shape [2, 2, N, N])")
 CLASSES: dict[str, ClassInfo] = {
     "AutoencoderKL": ClassInfo("kl", "conv2d", False, False),
     "AutoencoderKLFlux2": ClassInfo("kl", "conv2d", False, False),
@@ -285,7 +288,9 @@ CLASSES: dict[str, ClassInfo] = {
                                              split_convs=True),
     "AutoencoderKLHunyuanVideo": ClassInfo("hunyuanvideo", "conv3d", True, True, temporal_windows=(16, 12),
                                            causal_mask=True),
-    "AutoencoderKLHunyuanVideo15": ClassInfo("hunyuanvideo15", "conv3d", True, True),
+    # campaign 36 measured its batches of two: both ops failed, as they do on a tiny model in plain diffusers
+    "AutoencoderKLHunyuanVideo15": ClassInfo("hunyuanvideo15", "conv3d", True, True, refused_batch_ops=(
+        ("decode", _HV15_BATCH), ("encode", _HV15_BATCH))),
     "AutoencoderKLLTXVideo": ClassInfo("ltx", "conv3d", True, True),
     "AutoencoderKLLTX2Video": ClassInfo("ltx2", "conv3d", True, True),
     "AutoencoderKLMochi": ClassInfo("mochi", "conv3d", True, True, split_convs=True,  # CogVideoX's convolutions
@@ -354,6 +359,10 @@ class ModelSpec:
     def tiled_refusal(self, op: str) -> str | None:
         """Why this model's tiled ``op`` cannot run, or None if it can."""
         return dict(self.info.refused_tiled_ops).get(op)
+
+    def batch_refusal(self, op: str) -> str | None:
+        """Why this model's ``op`` cannot run a batch of more than one sample, or None if it can."""
+        return dict(self.info.refused_batch_ops).get(op)
 
     def frames_error(self, frames: int) -> str | None:
         """Why ``frames`` (a positive integer) cannot be a clip of this model, or None if it can: the estimator's

@@ -143,7 +143,7 @@ def validate_trace(spec: TraceSpec, model: ModelSpec) -> None:
     from vaemem.measuring.point import check_geometry, check_variant
 
     check_geometry(model, spec.op, spec.dtype, spec.width, spec.height, spec.batch, spec.frames, spec.tile)
-    check_variant(model, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d, spec.batch)
+    check_variant(model, spec.tile, spec.overlap, spec.slicing, spec.attention, spec.conv3d, spec.batch, spec.op)
     if spec.unsplit and not model.info.split_convs:
         raise VaememError(f"{spec.model} has no size-triggered split convolutions to run unsplit")
     if spec.whole_clip and not model.info.temporal_windows:
