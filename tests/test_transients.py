@@ -274,8 +274,11 @@ def test_conv_transient_bytes_known_answers():
     last = _structure([[100.0, 0, 0], [200.0, 0, 0]], [[0, 0, 0], [0, 0, 0]], last=[None, 25600])
     assert est.conv_transient_elements(last, 8, 128, 1, 9)[0] == 100_000
     assert est.conv_transient_elements(last, 8, 129, 1, 9)[0] == 200_000
+    # a batch: every convolution on oneDNN, its rule reading twice the elements (2 x 200 x 64 = 25,600: one copy)
+    assert est.conv_transient_elements(last, 8, 64, 2, 9) == (100_000, 0.0)
+    assert est.conv_transient_elements(last, 8, 65, 2, 9) == (200_000, 0.0)
     assert est.conv_transient_elements(last, 8, 300, 1, 1)[0] == 100_000  # one frame never saw it
-    assert est.conv_transient_elements(last, 8, 8, 2, 1)[0] == 200_000  # a batch: every knot's worst
+    assert est.conv_transient_elements(last, 8, 8, 2, 1)[0] == 100_000  # a batch below the threshold: one copy
     # a smaller call of the same weight (Wan's first chunk) reads 50 x height and holds 3 elements per pixel: where
     # the largest copies and it does not, its buffer counts too
     two = _structure([[200.0, 0, 0]] * 2, [[0, 0, 0]] * 2, rule_min=[[50.0, 0, 0]] * 2, cols_min=[[3.0, 0, 0]] * 2)

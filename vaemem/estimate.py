@@ -2493,10 +2493,12 @@ def conv_transient_elements(s: dict, width: int, height: int, batch: int, frames
     knots linear in frames, past the last along its last segment (exact where a clip runs whole, as LTX's, and in
     equal chunks, as Wan's); a
     knot that always copies makes its segments copy, and either knot's channels-last threshold applies to its
-    segments. ``batch``: samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN."""
-    convs = s["conv_transients"]
-    if batch > 1:  # every convolution on oneDNN, the copy doubled where any knot saw a channels-last input
-        return max(c[0] * (2 if any(t is not None for t in c[4]) else 1) for c in convs), 0.0
+    segments. ``batch``: samples per call (1 for a sliced batch): above 1 every convolution runs on oneDNN, and
+    the rule reads ``batch`` x one sample's elements (the channels-last threshold; where any knot saw one it was
+    doubled at any size before: no measured point's transient changed)."""
+    if batch > 1:  # every convolution on oneDNN, as in half precision: its copy, doubled where the batch's input
+        # elements pass the channels-last threshold
+        return max(c for c, _, _ in _conv_calls(s, width, height, frames, half=True, batch=batch)), 0.0
     copied, columns = 0, 0.0
     for copy, buffer, _ in _conv_calls(s, width, height, frames):
         copied, columns = max(copied, copy), max(columns, buffer)
