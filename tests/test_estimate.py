@@ -1239,6 +1239,18 @@ def test_an_unsliced_batch_the_model_cannot_run_is_refused_as_unrunnable():
             est.dry_run_bytes(None, "hunyuanvideo-1.5", op, 256, 160, dtype="bf16", batch=3, frames=9)
         assert est.working_memory_bytes("hunyuanvideo-1.5", op, 256, 160, **kw) > 0
         assert est.working_memory_bytes("hunyuanvideo-1.5", op, 256, 160, batch=2, slicing=True, **kw) > 0
+        for call in (lambda: est.explain("hunyuanvideo-1.5", op, 256, 160, batch=2, **kw),
+                     lambda: est.largest_tile("hunyuanvideo-1.5", op, 1024, 576, 10**12, batch=2, **kw),
+                     lambda: est.working_memory_bytes("hunyuanvideo-1.5", op, 256, 160, batch=2,
+                                                      **{**kw, "backend": "cudnn", "allocator": "native"})):
+            with pytest.raises(est.Unrunnable, match="unsliced"):  # the reason, the fallback's too
+                call()
+    with pytest.raises(ValueError, match="batch must be"):  # the geometry first, as pricing checks it
+        est.dry_run_bytes(None, "hunyuanvideo-1.5", "decode", 256, 160, dtype="bf16", batch=0, frames=9)
+    bad = json.loads(COMMITTED.read_text())
+    bad["models"]["hunyuanvideo-1.5"]["refused_batch"]["decode"] = None
+    with pytest.raises(ValueError, match="refused_batch must be a reason"):
+        est.load(bad)
     doc = json.loads(COMMITTED.read_text())
     for m in doc["models"].values():
         m.pop("refused_batch", None)

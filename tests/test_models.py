@@ -281,9 +281,12 @@ def test_hunyuanvideo_15_cannot_run_an_unsliced_batch_in_diffusers_and_says_so()
     x = torch.randn(2, 3, 5, 32, 32)
     with torch.no_grad(), pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         vae.encode(x)
+    z = torch.randn(2, spec.latent_channels, 2, 2, 2)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        vae.decode(z)
     vae.enable_slicing()
     with torch.no_grad():
-        assert vae.encode(x).latent_dist.mode().shape[0] == 2
+        assert vae.encode(x).latent_dist.mode().shape[0] == 2 and vae.decode(z).sample.shape[0] == 2
     for op in ("decode", "encode"):
         assert spec.batch_refusal(op) and get_spec("hunyuanvideo-1.5").batch_refusal(op)
         with pytest.raises(VaememError, match=f"cannot {op} a batch of 2 unsliced: diffusers 0.42's"):

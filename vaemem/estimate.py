@@ -843,8 +843,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 _need(n <= m["op_parameters"][op], f"{w}.largest_conv_parameters.{op}",
                       f"at most op_parameters.{op} ({m['op_parameters'][op]})", n)
         for name in ("refused", "refused_tiled", "refused_batch"):
-            if name in m:
-                _field(m, name, w, "dict")
+            if name in m:  # op -> why it cannot run (the reason a refusal says)
+                for op, why in _field(m, name, w, "dict").items():
+                    _need(op in OPS and isinstance(why, str) and why != "", f"{w}.{name}",
+                          f"a reason (a non-empty string) per op of {', '.join(OPS)}", {op: why})
         if "attention_ops" in m:
             _need(isinstance(m["attention_ops"], list) and all(isinstance(o, str) and o in OPS
                                                                for o in m["attention_ops"]),
@@ -2273,8 +2275,6 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
     coef = _doc(coef)
     m = _model(coef, model)
     _check_runs(model, m, op, tile is not None)
-    if not slicing:
-        _check_runs(model, m, op, tile is not None, _positive_int("batch", batch))
     width, height, batch, frames = (_positive_int(n, v) for n, v in
                                     (("width", width), ("height", height), ("batch", batch), ("frames", frames)))
     problem = geometry_error(model, m["spatial_factor"], width, height,
@@ -2282,6 +2282,8 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
         frames_error(model, frame_step(m), frames) or batch_error(batch)
     if problem:
         raise ValueError(problem)
+    if not slicing:  # after the geometry, as pricing checks it
+        _check_runs(model, m, op, tile is not None, batch)
     peak = structure_peak_bytes(coef, model, op, width, height, dtype=dtype, batch=batch, frames=frames, tile=tile,
                                 attention=attention, slicing=slicing)
     return None if peak is None else math.ceil(peak)

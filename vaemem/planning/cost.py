@@ -73,7 +73,7 @@ def dry_bytes(p: Point, coef: dict[str, Any] | None = None) -> float:
     """The dry-run peak of ``p`` from the coefficient file's structures (the packaged file by default)."""
     doc = estimate.load(coef)
     d = estimate.dry_run_bytes(doc, p.model, p.op, p.width, p.height, dtype=p.dtype, batch=p.batch, frames=p.frames,
-                               tile=p.tile)
+                               tile=p.tile, slicing=p.slicing and p.batch > 1)
     if d is None:
         raise VaememError(f"no dry-run structure for {p.key}: it cannot be planned (run `vaemem trace --zoo`)")
     return d
