@@ -1453,17 +1453,24 @@ def test_a_line_whose_small_points_make_it_steep_prices_the_large_ones_by_its_fl
     assert "flat" not in co.calibration_line(capped, 0.05)
 
 
+def _refused_in_a_file_below(doc: dict, field: str, below: int) -> int:
+    """``doc`` relabelled as a file of schema ``below - 1`` with the first class line's ``field`` that ``doc``
+    carries put back is refused, naming it; the index of that calibration."""
+    older = as_schema(json.loads(json.dumps(doc)), below - 1)
+    i, c = next((i, c) for i, c in enumerate(doc["calibrations"]) if field in c["class"])
+    older["calibrations"][i]["class"][field] = copy.deepcopy(c["class"][field])
+    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.{field} must be absent in a file of "
+                                                   f"schema below {below}")):
+        est.validate(older, "c.json")
+    return i
+
+
 def test_a_flat_branch_is_read_from_schema_16_and_in_a_document_layered_with_it():
     """A file of schema 15 carrying a flat branch is refused, naming it (a reader of 15 would ignore it); a file of
     16 layered with one of 15 keeps its branches and prices as that file alone. The packaged file (17: its lines
     are in the dry run with each clip length's factor) does not layer with either."""
     doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
-    fifteen = as_schema(json.loads(json.dumps(doc)), 15)
-    i, c = next((i, c) for i, c in enumerate(doc["calibrations"]) if "flat" in c["class"])
-    fifteen["calibrations"][i]["class"]["flat"] = dict(c["class"]["flat"])
-    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.flat must be absent in a file of "
-                                                   "schema below 16")):
-        est.validate(fifteen, "c.json")
+    _refused_in_a_file_below(doc, "flat", 16)
     kw = dict(dtype="fp32", frames=33, backend="onednn", allocator="glibc-fixed", os="linux")
     sixteen = as_schema(json.loads(json.dumps(doc)), 16)
     shipped = est.explain("ltx-video", "decode", 640, 384, coefficients=sixteen, **kw)
@@ -1537,12 +1544,7 @@ def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_th
     assert "dry_bytes_min" not in rest and at(rest, 9 * MIB) == pytest.approx(est._terms_at(rest, 9 * MIB, 9 * MIB,
                                                                                              False))
     doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
-    nineteen = as_schema(json.loads(json.dumps(doc)), 19)
-    i = next(i for i, c in enumerate(doc["calibrations"]) if "dry_bytes_min" in c["class"])
-    nineteen["calibrations"][i]["class"]["dry_bytes_min"] = doc["calibrations"][i]["class"]["dry_bytes_min"]
-    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.dry_bytes_min must be absent in a "
-                                                   "file of schema below 20")):
-        est.validate(nineteen, "c.json")
+    i = _refused_in_a_file_below(doc, "dry_bytes_min", 20)
     bad = json.loads(json.dumps(doc))
     bad["calibrations"][i]["class"]["dry_bytes_min"] = 2 * doc["calibrations"][i]["class"]["dry_bytes_max"]
     with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].class.dry_bytes_min must be at most "

@@ -1798,8 +1798,8 @@ class _Plan:
         m = _model(coef, model)
         _check_runs(model, m, op, tiled)
         self.model, self.m = model, m
-        # an unsliced batch its op cannot run (refused_batch), checked per request: (op, why) or None
-        self.batch_refused = None if slicing or op not in m.get("refused_batch", {}) else (op, m["refused_batch"][op])
+        # the op whose unsliced batch the model cannot run (refused_batch), checked per request, or None
+        self.batch_refused = None if slicing or op not in m.get("refused_batch", {}) else op
         self.factor = m["spatial_factor"]
         self.image = m["temporal_factor"] is None
         self.step = frame_step(m)
@@ -2002,7 +2002,7 @@ class _Plan:
         if b > MAX_BATCH:  # type: ignore[operator]
             raise ValueError(batch_error(b))  # type: ignore[arg-type]
         if b > 1 and self.batch_refused is not None:  # type: ignore[operator]
-            _check_runs(self.model, self.m, self.batch_refused[0], False, b)  # type: ignore[arg-type]
+            _check_runs(self.model, self.m, self.batch_refused, False, b)  # type: ignore[arg-type]
         kind = self.kind
         if kind == "pixel":
             slope, tile_slope, base, top = self.pixel_line  # type: ignore[misc]
@@ -2036,7 +2036,7 @@ class _Plan:
         copy = 0 if self.copy is None else self.copy_at(w, h, 1 if sliced else b, f, t)
         if kind == "calib":
             kd, k1, cp = call_dry_runs(self.calls, self.dtype, self.backend, t is not None, b, w, h, f, kdry, kone,
-                                       self.batched and not sliced)
+                                       self.batch_in_call_peak(b))
             if cp is not None:  # the transient is in them (schema 12, half precision 19)
                 copy = 0
             # a batch holds at least one sample's call peak: where one sample is priced by it and the batch by its
@@ -2107,6 +2107,11 @@ class _Plan:
         (:func:`_dry_peak`)."""
         return _dry_peak(self.cs, self.attn, self.out, w, h, b, f, t,  # type: ignore[arg-type]
                          *self._frame_terms(f), self.hidden_at(f), self.apart)
+
+    def batch_in_call_peak(self, b: int) -> bool:
+        """Whether a batch of ``b`` may be priced in its call peak (:func:`call_peak`'s ``batched``): from schema
+        21, unsliced (a sliced batch runs one sample a call)."""
+        return self.batched and not (self.out is not None and b > 1)
 
     def variant_at(self, w: int, h: int, b: int, f: int, t: int | None) -> str:
         """The request's variant: a sliced batch of one is the plain request, and (from schema 15) a math-path one
@@ -2605,13 +2610,9 @@ def call_dry_runs(s: dict | None, dtype: str, backend: str, tiled: bool, batch: 
     the dry runs, a batch's per-sample term one sample's as one sample is priced (its call peak where that leads).
     The fit's rows (``vaemem.fit.coefficients.row_of``), the price and the reason all take them here."""
     cp = call_peak(s, dtype, backend, tiled, batch, width, height, frames, batched)
-    if cp is not None:
-        top = max(dry, cp)
-        if batch == 1:
-            return top, top, cp
-        return top, max(one, call_peak(s, dtype, backend, tiled, 1, width, height, frames) or 0.0), cp
-    single = None if batch == 1 else call_peak(s, dtype, backend, tiled, 1, width, height, frames)
-    return dry, one if single is None else max(one, single), None
+    single = cp if batch == 1 else call_peak(s, dtype, backend, tiled, 1, width, height, frames)
+    one = one if single is None else max(one, single)
+    return (max(dry, cp), one, cp) if cp is not None else (dry, one, None)
 
 
 def _polyline(points: list, pixels: float) -> float:
@@ -2673,11 +2674,16 @@ def _affine_at(c: dict, dry: float, dry1: float, single_frame: bool, frame_pixel
     and its ``flat`` branch where it has one (from schema 16; not for a one-frame clip of a video model:
     :func:`vaemem.fit.coefficients._line_through`), each below the line's ``dry_bytes_min`` as :func:`_terms_at`
     says for a frame of ``frame_pixels`` in the domain (:data:`DOMAIN_MIN_FRAME_PIXELS`)."""
-    flat = c.get("flat")
-    least = c.get("dry_bytes_min", 0) if frame_pixels >= DOMAIN_MIN_FRAME_PIXELS else 0
+    flat, least = c.get("flat"), _least(c, frame_pixels)
     if flat is not None and not single_frame:
         return min(_terms_at(c, dry, dry1, False, least), _terms_at(flat, dry, dry1, False, least))
     return _terms_at(c, dry, dry1, single_frame, least)
+
+
+def _least(c: dict, frame_pixels: int) -> float:
+    """A line's ``dry_bytes_min`` where it bounds a request of frames of ``frame_pixels`` (in the calibration domain,
+    :func:`_terms_at`), else 0 (no bound)."""
+    return c.get("dry_bytes_min", 0) if frame_pixels >= DOMAIN_MIN_FRAME_PIXELS else 0
 
 
 def _terms_at(c: dict, dry: float, dry1: float, single_frame: bool, least: float = 0) -> float:
@@ -2718,8 +2724,7 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool, frame_p
     """A calibration line's terms at a request, as the reason says them (the margin is in the coefficients): its
     ``flat`` branch's where that is the lower (:func:`_affine_at`), and its resident branch where that is above
     them."""
-    flat = line.get("flat")
-    least = line.get("dry_bytes_min", 0) if frame_pixels >= DOMAIN_MIN_FRAME_PIXELS else 0
+    flat, least = line.get("flat"), _least(line, frame_pixels)
     by_bytes = (flat is not None and not single_frame
                 and _terms_at(flat, dry, dry1, False, least) < _terms_at(line, dry, dry1, False, least))
     terms = flat if by_bytes else line
@@ -2832,8 +2837,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
             hidden = (f"; that dry-run peak is its fused part's x {k:.4g} for the buffers oneDNN's ops hold while they "
                       f"run{outputs}, above its live tensors' peak at its score matrices, {live / MIB:.0f} MiB")
         top, one, cp = call_dry_runs(plan.calls, plan.dtype, plan.backend, tile is not None, int(batch), int(width),
-                                     int(height), int(frames), dry, one,
-                                     plan.batched and not (plan.out is not None and int(batch) > 1))
+                                     int(height), int(frames), dry, one, plan.batch_in_call_peak(int(batch)))
         if cp is not None:  # the transient is in them (schema 12, half precision 19, its batches 21)
             copy = 0
             if cp > dry:

@@ -95,10 +95,10 @@ def variant_suffix(point: dict[str, Any]) -> str:
 
 
 def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: object, attention: object,
-                  conv3d: object, batch: int, op: str | None = None) -> None:
-    """Raise VaememError naming what is wrong with a variant of ``spec``; measurement points and dry runs both
-    call it (``op``: also an unsliced batch its ``op`` cannot run)."""
-    if op is not None and batch > 1 and slicing is not True and spec.batch_refusal(op):
+                  conv3d: object, batch: int, op: str) -> None:
+    """Raise VaememError naming what is wrong with a variant of ``spec`` (an unsliced batch its ``op`` cannot run
+    too); measurement points and dry runs both call it."""
+    if batch > 1 and slicing is not True and spec.batch_refusal(op):
         raise VaememError(f"{spec.name} cannot {op} a batch of {batch} unsliced: {spec.batch_refusal(op)}")
     if attention not in ATTENTION:
         raise VaememError(f"unknown attention path {attention!r}; choose one of: {', '.join(ATTENTION)}")

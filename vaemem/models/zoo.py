@@ -268,8 +268,8 @@ class ClassInfo:
     encodes_in_clips: bool = False
 
 
-_HV15_BATCH = ("diffusers 0.42's AutoencoderKLHunyuanVideo15 builds its atte"
-               "ntion mask for one sample: a batch of two fails (output with shape [2, 1, N, N] doesn't match the broadcast shape [2, 2, N, N])")
+_HV15_BATCH = ("diffusers 0.42's AutoencoderKLHunyuanVideo15 builds its attention mask for one sample: a batch of "
+               "two fails (output with shape [2, 1, N, N] doesn't match the broadcast shape [2, 2, N, N])")
 CLASSES: dict[str, ClassInfo] = {
     "AutoencoderKL": ClassInfo("kl", "conv2d", False, False),
     "AutoencoderKLFlux2": ClassInfo("kl", "conv2d", False, False),
