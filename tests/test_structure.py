@@ -622,10 +622,9 @@ def test_a_class_whose_held_out_architecture_is_under_reserved_does_not_agree(tm
     from vaemem.report.structural import _listed
 
     assert [(_listed(r), r["demand_per_dry"]) for r in rows if r["architecture"] == "flux1"] == [
-        ("under: at its lowest priced by the floor of the dry run and a first call, 26% of it the weight copy",
-         1.338)]  # the others' lines are fitted less their copies; their 30 MiB beyond the dry run at every point,
-    # a first call's cost as a transfer floor takes it, prices above them (the floor's share of the copy: the
-    # class line's at that point)
+        ("under: at its lowest priced by the class line", 1.338)]  # the others need 0.3 x their dry run beyond it
+    # and 30 MiB: a first call's cost is the 30 MiB no size sets (first_call_bytes), and their line prices above
+    # the floor of the dry run and it
     (fine,) = co.calibrate(_data(tmp_path, [r for r in recs if r["model"] != "flux1"]), STRUCTS, margin=0.05)
     assert fine["agree"]
     small = [_record(a, w, f * bpp * w * w + 30 * MIB) for a, f, bpp, _ in lines[:2] for w in (64, 96)]
@@ -1102,6 +1101,22 @@ def test_first_call_bytes_is_the_most_any_architecture_needed_beyond_its_dry_run
     assert co.first_call_bytes(rows) == 25 * MIB
     assert co.first_call_bytes({"c": rows["c"][1:]}) == 0  # no point in the domain
     assert co.first_call_bytes({"x": [(20 * MIB, 20 * MIB, 18 * MIB, False, px, 0)]}) == 0  # never below nothing
+
+
+def test_first_call_bytes_is_the_part_no_frame_size_sets():
+    """Known answer: h needs beyond its dry run 20 MiB plus 1 KiB per frame pixel (a per-frame buffer its own dry run
+    misses: HunyuanVideo's fp32 decode), at three frame sizes; its first-call cost is the 20 MiB, not the 35 MiB it
+    needed at its smallest frame. Beside l's 12 MiB at every size, the class's is h's 20."""
+    px = [co.DOMAIN_MIN_FRAME_PIXELS, 4 * co.DOMAIN_MIN_FRAME_PIXELS, 10 * co.DOMAIN_MIN_FRAME_PIXELS]
+    h = [(100 * MIB, 100 * MIB, 100 * MIB + 20 * MIB + 1024 * p, False, p, 0) for p in px]
+    low = [(50 * MIB, 50 * MIB, 62 * MIB, False, p, 0) for p in px]
+    assert co.first_call_bytes({"h": h}) == 20 * MIB
+    assert co.first_call_bytes({"h": h, "l": low}) == 20 * MIB
+    assert co.first_call_bytes({"l": low}) == 12 * MIB
+    # the lower envelope itself: through the points' lowest line, its slope never below 0
+    assert co.fit_lower([1, 2, 3], [5, 7, 9]) == pytest.approx((3, 2))
+    assert co.fit_lower([1, 2, 3], [9, 7, 5]) == pytest.approx((5, 0))
+    assert co.fit_lower([4, 4], [9, 7]) == (7, 0)
 
 
 def test_an_untiled_transfer_adds_the_most_a_measured_architecture_needed_beyond_its_dry_run():

@@ -150,8 +150,9 @@ from collections.abc import Callable, Iterator
 # 5-33 frames);
 # a file of 16 is one of 17 whose factors are one number each, so it stays readable, but its oneDNN lines do not
 # layer with those of 17.
-# 18: an untiled calibration may carry ``first_call_bytes``, the most any of its architectures needed at every point
-# beyond its dry run (a fresh process's one-time cost), which an untiled transfer's floor adds
+# 18: an untiled calibration may carry ``first_call_bytes``, the most of its architectures' one-time cost beyond
+# their dry runs (a fresh process's; the fit's derivation: vaemem.fit.coefficients.first_call_bytes), which an
+# untiled transfer's floor adds
 # (:func:`transfer_bytes`): a reader of 17 would ignore it (Wan 2.1's smallest bf16 clips on the AMX Xeon, left
 # out: 0.97); a file of 17 is one of 18 without it, so it stays readable and layers with it.
 # 19: the untiled half-precision oneDNN lines of one sample without AMX are in the call peak too (the larger of the
@@ -2417,8 +2418,8 @@ def transfer_bytes(calib: dict, dry: float, dry1: float, single_frame: bool, fra
     four other medians by 0.01-0.03 (the bf16 decoders without AMX: Wan 2.1 1.10 -> 1.12, HunyuanVideo 1.21 ->
     1.24) and took none past 1.15. A tiled request keeps the live floor: its tiles' dry run with the untiled
     structure's factor over-states what they hold (the bf16 tiled encoders left out, 1.05-1.08 -> 1.23-1.27).
-    From schema 18 the untiled floor is of ``dry`` plus the calibration's ``first_call_bytes``, the most that one
-    of its architectures needed beyond its dry run at every point it was measured at
+    From schema 18 the untiled floor is of ``dry`` plus the calibration's ``first_call_bytes``, the most of its
+    architectures' one-time cost: the part of what each needed beyond its dry run that no frame size sets
     (:func:`vaemem.fit.coefficients.first_call_bytes`). Why: a measurement is a fresh process's first call, and a
     first call costs 10-25 MiB beyond a warm one, which is its dry run (with oneDNN's buffers) within 0.4 %: the
     code pages and one-time state of the kernels it runs, independent of size and threads and an architecture's

@@ -24,7 +24,7 @@ from vaemem.errors import VaememError
 from vaemem.estimate import (AMX_BACKEND, DOMAIN_MIN_FRAME_PIXELS, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS,
                              calibration_bytes, group_id, transfer_bytes, transfer_line, variant_key, variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
-from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_upper
+from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_lower, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
 from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_suffix
 
@@ -646,15 +646,25 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
     return out
 
 
+FIRST_CALL_STEP = 1024  # bytes: first_call_bytes is rounded to it
+
+
 def first_call_bytes(per_arch: dict[str, list[tuple]]) -> int:
-    """The most, over a class's architectures, of the least bytes each one needed beyond its dry run at its points in
-    the calibration domain (rows as :func:`calibration_line` takes them): a fresh process's first call's one-time
-    cost, the code pages and state of the kernels it runs, which is an architecture's own and which no dry run
-    sees (``benchmarks/first_call_cost.py``); an untiled transfer's floor adds it
-    (:func:`vaemem.estimate.transfer_floor`). 0 where no architecture has a point in the domain."""
-    least = [min(r[2] - r[0] for r in inside) for rows in per_arch.values()
+    """The most, over a class's architectures, of the part of the bytes each one needed beyond its dry run at its
+    points in the calibration domain that no frame size sets (rows as :func:`calibration_line` takes them): the
+    intercept of the lower envelope of those bytes against frame pixels (:func:`fit_lower`; the least of them where
+    the points have one frame size). That is a fresh process's first call's one-time cost, the code pages and state
+    of the kernels it runs, which is an architecture's own and which no dry run sees
+    (``benchmarks/first_call_cost.py``); an untiled transfer's floor adds it (:func:`vaemem.estimate.transfer_floor`).
+    0 where no architecture has a point in the domain. Why not the least bytes beyond the dry run: HunyuanVideo's
+    fp32 decode needs 54 MiB beyond it at 160x96, growing with the frame (not the clip) to 137-166 MiB at 320x192
+    at any length, a per-frame buffer its own dry run misses and its own lines carry; taken whole as the class's
+    one-time cost, it floored the LTX family's 17-20 MiB dry runs, left out, at 1.8-2.6x their demand (1.7-1.9x with
+    its intercept, 28 MiB; no row left out under)."""
+    least = [fit_lower([r[4] for r in inside], [r[2] - r[0] for r in inside])[0] for rows in per_arch.values()
              if (inside := [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS])]
-    return max(0, int(max(least, default=0)))
+    # to the step: the solver's last digits never reach the file (fit --check re-derives it byte for byte)
+    return max(0, round(max(least, default=0) / FIRST_CALL_STEP) * FIRST_CALL_STEP)
 
 
 def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:

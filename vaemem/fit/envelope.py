@@ -97,3 +97,25 @@ def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
     if res.status != 0:
         raise VaememError(f"envelope fit failed: {res.message}")
     return [float(c) * float(y.max()) / float(s) for c, s in zip(res.x, scale)]
+
+
+def fit_lower(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """(intercept, slope >= 0) of the lower envelope of (x, y) points: the line ``intercept + slope x`` on or below
+    every point with the largest summed value over them (a linear programme, HiGHS), in the points' units; where
+    fewer than two ``x`` differ, the least ``y`` and 0. Used for what an architecture needs beyond its dry run at
+    every frame size (:func:`vaemem.fit.coefficients.first_call_bytes`): its intercept is the part that no frame
+    size sets."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.shape != ys.shape or xs.ndim != 1 or not len(xs):
+        raise VaememError("a lower envelope needs equal-length, non-empty x and y")
+    if len(np.unique(xs)) < 2:
+        return float(ys.min()), 0.0
+    sx, sy = float(np.abs(xs).max()), max(float(np.abs(ys).max()), 1.0)  # unit scale for the solver
+    res = linprog([-len(xs), -(xs / sx).sum()], A_ub=np.column_stack([np.ones_like(xs), xs / sx]), b_ub=ys / sy,
+                  bounds=[(None, None), (0, None)], method="highs")
+    if res.status != 0:
+        raise VaememError(f"lower envelope fit failed: {res.message}")
+    return float(res.x[0]) * sy, float(res.x[1]) * sy / sx
