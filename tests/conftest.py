@@ -73,7 +73,8 @@ def as_schema(doc: dict, version: int) -> dict:
     15 the math path's oneDNN buffers are on its whole peak (a rule, nothing to remove); before 16 no line a flat
     branch; before 17 no structure a oneDNN factor per knot (it held the largest); before 18 no calibration a first
     call's cost; before 20 no line its smallest dry-run peak (before 21 a half-precision batch is priced by its dry
-    run and the copy: a rule, nothing to remove)."""
+    run and the copy, before 22 the factors counted an fp32 convolution's output alone: rules, nothing to
+    remove)."""
     doc["schema_version"] = version
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]

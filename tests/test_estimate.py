@@ -580,10 +580,13 @@ def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
     assert {ln["weight_copy_factor"] for ln in lines} == {1 + doc["margin"]}
     assert two.bytes == int(est.transfer_bytes(calib, k * dry2, k * dry, False, 320 * 192, transient, dry2)[0])
     top = est.transfer_bytes(calib, top_dry, top_dry, False, 320 * 192, live=dry)[1]
-    # the class line prices here (an architecture's line where it is the highest: the AMX test below)
-    assert top == "class" and e.reason.startswith("cogvideox not measured here; conv3d class line of hunyuanvideo, ")
-    chosen = line  # the terms it says are that line's (or its flat branch's, where that prices)
-    assert any(f"{t['dry_factor']:.3f} x dry-run peak" in e.reason for t in (line, line.get("flat")) if t)
+    # the highest line prices, and the reason names it first: LTX-Video 0.9.5's here (the class line where it is
+    # the highest)
+    assert top == "ltx-video-0.9.5"
+    assert e.reason.startswith("cogvideox not measured here; ltx-video-0.9.5's line, the highest here of the ")
+    chosen = calib["transfer_lines"][top]  # the terms it says are that line's (or its flat branch's, where that
+    # prices)
+    assert any(f"{t['dry_factor']:.3f} x dry-run peak" in e.reason for t in (chosen, chosen.get("flat")) if t)
     # how far from the measured points it went: 832x480 x 49 frames is far beyond the line that prices it
     big = est.dry_run_bytes(None, "cogvideox", "decode", 832, 480, dtype="fp32", frames=49)
     far = est.explain("cogvideox", "decode", 832, 480, **{**kw, "frames": 49})
@@ -647,9 +650,10 @@ def test_a_whole_demand_own_line_prices_a_transient_beyond_its_points_and_says_s
         seen = line["transient_seen_bytes"]
         e = est.explain("wan21", "decode", 320, 192, coefficients=json.loads(json.dumps(doc)), **kw)
         assert (t <= seen) != halved and e.source == "measured"
-        # (one sample's term: its call peak, which leads k x its dry run here: call_dry_runs)
+        # (one sample's term: the larger of k x its dry run and its call peak, call_dry_runs; the first here, since
+        # the dry run counts its convolutions' input reorders: 1242 MiB against 1194, where it was the second)
         kd, k1, _ = est.call_dry_runs(s, "fp32", "onednn", False, 2, 320, 192, 9, k * dry, k * one)
-        assert k1 > k * one
+        assert k1 == k * one > est.call_peak(s, "fp32", "onednn", False, 1, 320, 192, 9)
         assert e.bytes == int(est.calibration_bytes({**line, "weight_copy_factor": 0.0}, kd, k1, False,
                                                     320 * 192, live=dry) + line["weight_copy_factor"] * max(0, t - seen))
         assert (f"within the {seen / MIB:.0f} MiB its points held" in e.reason) != halved
@@ -982,7 +986,8 @@ def test_half_precision_on_a_cpu_with_amx_is_a_platform_of_its_own():
     # on the AMX CPU it also takes Wan 2.2's own untiled line there (in the same dry run), here not (its own
     # untiled line without AMX is in another): never less there
     amx = est.explain("wan22", "decode", 1280, 720, frames=17, tile=256, backend="onednn-amx", **kw)
-    assert "its own untiled line on this platform" in amx.reason and tiled.bytes <= amx.bytes
+    assert "their own and its own untiled line" in amx.reason and "its own untiled line" not in tiled.reason
+    assert tiled.bytes <= amx.bytes
     # SANA's tiled decode is measured without AMX (campaign 21): CogView4's is priced by that class there
     cog = est.explain("cogview4", "decode", 1024, 1024, tile=512, backend="onednn", **kw)
     assert cog.group == "conv2d/onednn/glibc-fixed/bf16/linux/decode/tiled" and "sana-dc-ae" in cog.reason

@@ -68,8 +68,9 @@ an upper bound). The calibration lines price that peak as they find it: they are
 measured points, fused-path ones everywhere and math-path ones where a rig measured them.
 
 On **oneDNN** (``WEIGHT_COPY_BACKENDS``) the lines are in the dry run with the buffers oneDNN's ops hold while
-they run (a convolution its output's reorder in fp32; in half precision twice its output with AMX, a copy of its
-input, two for a 1x1 kernel, without; a half-precision mean an fp32 copy of its input), ``onednn_hidden_factor``
+they run (a convolution in fp32 a reorder of the larger of its input and output; in half precision twice its
+output with AMX, a copy of its input, two for a 1x1 kernel, without; none on a channels-last input but with AMX;
+a half-precision mean an fp32 copy of its input), ``onednn_hidden_factor``
 (half precision on ``onednn``: ``onednn_hidden_factor_no_amx``; a video architecture's the one of the request's
 clip length, :func:`hidden_factor_at`) x the dry-run peak (its untiled structure's, for a
 tiled request as well: :func:`onednn_hidden_factor`; on the math path x its fused part only, the attention peak
@@ -170,7 +171,15 @@ from collections.abc import Callable, Iterator
 # (:func:`call_peak`), where 20 added the largest weight copy to its dry run (LTX-2's bf16 encode at batch 2 and
 # 128x128 needs 232.5 MiB: its call peak and a little; its dry run is 8 MiB): a reader of 20 would add the copy to
 # them (over); a file of 20 is priced by its own rule, and its oneDNN lines do not layer with those of 21.
-SCHEMA_VERSION = 21
+# 22: the structures' oneDNN factors count an fp32 convolution's reorder of the larger of its input and output
+# (none on a channels-last input, nor on torch's own path) and no copy of a channels-last input in half precision
+# without AMX (vaemem.tracing.counter.onednn_hidden_bytes), where 21 counted an fp32 one's output, and a video
+# structure's factor per knot is over its sizes in the calibration domain: the same fields and pricing, other
+# numbers (HunyuanVideo's fp32 one-frame decode 1.22 -> 1.53, Mochi's fp32 encode clips 1.20 -> 1.0). A file of
+# 21 stays readable and is priced by its own structures, but its oneDNN lines do not layer with those of 22 (a
+# structure of one priced with the lines of the other: 0.8-1.25x).
+SCHEMA_VERSION = 22
+INPUT_REORDER_SCHEMA = 22  # the first whose oneDNN factors count an fp32 convolution's input reorder
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
@@ -186,7 +195,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
 # The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -211,11 +220,13 @@ WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 # A structure's factors to the dry run with oneDNN's buffers: the first on every oneDNN CPU, the second on one
 # without AMX tiles in half precision (:func:`onednn_hidden_factor`)
 HIDDEN_FACTORS = ("onednn_hidden_factor", "onednn_hidden_factor_no_amx")
-# On the same backends an op holds buffers beyond its output while it runs (a convolution its output's reorder, a
-# half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run with them is a
-# multiple of the plain one (constant for an image architecture, for a video one in size, not in clip length),
-# its structure's ``onednn_hidden_factor`` (from schema 17 one per knot where the knots differ, each the largest over
-# the sizes of its knot and the later ones: :func:`hidden_factor_at`), and the lines there are in that dry run,
+# On the same backends an op holds buffers beyond its output while it runs (a convolution a reorder of its input
+# or output, a half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run
+# with them is a multiple of the plain one (constant in size for an image architecture, for a video one nearly,
+# not in clip length; of one sample: an fp32 batch runs channels-last and holds less, which the lines' per-sample
+# term carries), its structure's ``onednn_hidden_factor`` (from schema 17 one per knot where the knots differ, each
+# the largest over the sizes of its knot in the calibration domain and the later ones: :func:`hidden_factor_at`),
+# and the lines there are in that dry run,
 # a tiled request's too (:func:`onednn_hidden_factor`). Why: in the plain dry run the image architectures' demand /
 # dry run was 1.02-1.37x in fp32 and 1.04-1.91x in bf16 (HunyuanImage-2.1's encode above
 # every other, under a transfer), HunyuanVideo's 1.27-1.47x against the Wans' 1.15-1.36x (0.92-1.07x, 0.99-1.29x
@@ -397,8 +408,10 @@ def _layer(docs: list) -> dict:
     # (16 adds a flat branch, which prices no other line otherwise: it layers with 15; 17's lines are in the dry
     # run with each clip length's factor; 18 adds a transfer's first-call cost, absent meaning 0: it layers with 17;
     # 19's untiled half-precision lines without AMX are in the call peak, 20 adds a line's smallest dry run, absent
-    # meaning none: it layers with 19; 21's half-precision batches are in their call peak too)
-    rule = lambda v: BATCH_CALL_PEAK_SCHEMA if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
+    # meaning none: it layers with 19; 21's half-precision batches are in their call peak too; 22's factors count
+    # an fp32 convolution's input reorder)
+    rule = lambda v: INPUT_REORDER_SCHEMA if v >= INPUT_REORDER_SCHEMA else BATCH_CALL_PEAK_SCHEMA \
+        if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
         if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
         if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA \
         else min(v, RESIDENT_SCHEMA)  # noqa: E731

@@ -16,6 +16,8 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                                  live bytes at the fewest], ...]
                                                 (fp32, untiled, fused entries),
                                                 "onednn_peak_bytes": N (untiled unsliced entries),
+                                                "onednn_rule": N (theirs: the rules of oneDNN's buffers the
+                                                oneDNN peaks were counted by; absent, 1: re-run),
                                                 "onednn_peak_bytes_no_amx": N (those in half precision),
                                                 "softmax_mask_bytes": N (math-path entries: the mask their
                                                 softmax held, counted in the peaks; an entry without it is an
@@ -32,6 +34,7 @@ from typing import Any
 
 from vaemem.errors import VaememError
 from vaemem.files import write_atomic
+from vaemem.tracing.counter import ONEDNN_RULE
 from vaemem.tracing.trace import TraceResult, TraceSpec
 
 CACHE_SCHEMA_VERSION = 1
@@ -64,10 +67,10 @@ def keeps_no_amx_peak(spec: TraceSpec) -> bool:
 
 
 def complete(entry: dict[str, Any]) -> bool:
-    """Whether a cached entry holds every field this vaemem records for it (a resumed ``trace --zoo`` re-runs
-    the others)."""
+    """Whether a cached entry holds every field this vaemem records for it, its oneDNN peaks by this vaemem's rules
+    (``onednn_rule``, :data:`vaemem.tracing.counter.ONEDNN_RULE`; a resumed ``trace --zoo`` re-runs the others)."""
     spec = TraceSpec.from_dict(entry["spec"])
-    if keeps_onednn_peak(spec) and "onednn_peak_bytes" not in entry:
+    if keeps_onednn_peak(spec) and ("onednn_peak_bytes" not in entry or entry.get("onednn_rule") != ONEDNN_RULE):
         return False
     if keeps_no_amx_peak(spec) and "onednn_peak_bytes_no_amx" not in entry:
         return False
@@ -150,6 +153,12 @@ def read_cache(path: str | Path) -> dict[str, Any]:
             raise VaememError(f"{path}: entry {key}: softmax_mask_bytes must be an integer")
         if min(e["peak_bytes"], e["output_bytes"], e["input_bytes"], e.get("attention_peak_bytes", 0), mask) < 0:
             raise VaememError(f"{path}: entry {key}: negative bytes")
+        rule = e.get("onednn_rule", 1)
+        if not isinstance(rule, int) or isinstance(rule, bool) or rule < 1:
+            raise VaememError(f"{path}: entry {key}: onednn_rule must be a positive integer")
+        if rule > ONEDNN_RULE:
+            raise VaememError(f"{path}: entry {key}: its oneDNN peaks are of rule {rule}, newer than this vaemem's "
+                              f"({ONEDNN_RULE}); upgrade vaemem")
         for field in ("onednn_peak_bytes", "onednn_peak_bytes_no_amx"):
             hidden = e.get(field, e["peak_bytes"])
             if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < e["peak_bytes"]:
@@ -199,6 +208,7 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["conv_inputs"] = [list(c) for c in r.conv_inputs]
         if keeps_onednn_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes"] = r.onednn_peak_bytes
+            doc["entries"][r.spec.key]["onednn_rule"] = ONEDNN_RULE
         if keeps_no_amx_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes_no_amx"] = r.onednn_peak_bytes_no_amx
     doc["entries_sha256"] = _entries_digest(doc["entries"])  # the doc returned is read_cache's, digest current

@@ -37,6 +37,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from vaemem.estimate import ONEDNN_MIN_ELEMENTS
+
 
 _CONVOLUTION = torch.ops.aten.convolution.default
 _MEAN = torch.ops.aten.mean.dim
@@ -162,9 +164,11 @@ def conv_call(args: Any, out: Any) -> tuple[int, int, int, int]:
 
 def conv_live_bytes(out: torch.Tensor) -> int:
     """Bytes a convolution call adds to the live tensors before any transient of its own: its output and, on oneDNN
-    in fp32, the output's reorder (:func:`onednn_hidden_bytes`; taken on torch's own path too, where the call holds
-    an im2col buffer instead: a bound above by one output, which the small inputs that take that path carry
-    easily). With the live bytes before it, what a weight copy or buffer adds to
+    in fp32, the output's reorder (taken on torch's own path too, where the call holds an im2col buffer instead: a
+    bound above by one output, which the small inputs that take that path carry easily). Not the input's reorder
+    that :func:`onednn_hidden_bytes` counts where the input is the larger: at a call that copies its weight the
+    copy is what it holds (LTX-Video's 512->512 3x3x3 convolution at 320x192 x 9: 29.3 MiB beyond its 1.4 MiB
+    output, the copy 28.3, its input 2.3). With the live bytes before it, what a weight copy or buffer adds to
     (``vaemem.estimate.conv_call_peak_bytes``): LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are live,
     not at its 1129 MiB peak."""
     return 2 * out.numel() * out.element_size()
@@ -179,24 +183,51 @@ def safe_softmax_hidden_bytes(args: Any) -> int:
     return args[0].numel()
 
 
+# The version of :func:`onednn_hidden_bytes`' rules, which a dry-run cache entry records beside its oneDNN peaks
+# (``vaemem.tracing.cache``): an entry of another is re-run. 2: an fp32 convolution's input reorder, none on a
+# channels-last input or torch's own path (1, unstamped: its output's reorder wherever it ran).
+ONEDNN_RULE = 2
+
+
 def onednn_hidden_bytes(func: Any, args: Any, out: Any, amx: bool = True) -> int:
-    """Bytes one aten op holds on a CPU's oneDNN beyond the live tensors while it runs (``benchmarks/
-    cpu_hidden_ops.py``, torch 2.13): a convolution its output's reorder in fp32 (SD1.5's decoder at 512 px: 258
-    MiB beyond a 256 MiB output); a half-precision ``aten.mean.dim`` an fp32 copy of its input and result
-    (HunyuanImage-2.1's encoder at 512 px: 160 MiB beyond a 32 MiB output). A half-precision convolution, call by
-    call on a CPU without AMX tiles (``amx=False``, the AVX512-BF16 EPYC): a copy of its input, two for a kernel of
-    one element (SD1.5's decoder at 512 px: 128 MiB beyond the 256->128 3x3 convolution's 64 MiB output, 256 MiB
-    beyond the 1x1 one's; Wan 2.1's causal 3x3x3 convolutions their padded input, 1.54x the output); with AMX
-    (``amx=True``, also the rule of every fp32 dry run) twice its output, the rule the AMX Xeon's lines were fitted
-    with (its convolutions were never measured call by call). The weight's reorder is left to
-    ``conv_transient_bytes``, which prices it."""
+    """Bytes one aten op holds on a CPU's oneDNN beyond the live tensors while it runs, measured call by call
+    (``benchmarks/cpu_hidden_ops.py --convs``, torch 2.13, the AVX512-BF16 EPYC). The weight's reorder is left to
+    ``vaemem.estimate.conv_transient_bytes``, which prices it.
+
+    - An fp32 convolution: a reorder of the larger of its input and its output (SD1.5's decoder at 512 px holds
+      257 MiB beyond the 256->128 3x3 convolution's 128 MiB output, its input 256, and 141 beyond conv_out's 3,
+      its input 128; its encoder 128 beyond the 3->128 one's 128 MiB output; HunyuanVideo's causal 3x3x3
+      convolutions, whose input is padded to three frames for one, 1.01-1.03x that input at one frame of 256x256,
+      3x their output). Why the input too: with the output alone, HunyuanVideo's fp32 decode needed 1.59x its dry
+      run at 160x96 x 1 and 1.38x at 320x192 x 1, 54-137 MiB beyond it growing with the frame at any clip length,
+      where the other architectures need 1.01-1.09x; with it 1.21x and 1.06x (Mochi's one frame 1.15 -> 1.09x).
+      None where torch's own path runs it (:func:`conv_call`, ``vaemem.estimate.ONEDNN_MIN_ELEMENTS``), which
+      holds its im2col buffer instead (LTX-Video's decoder at 160x96 x 1: 6.1 MiB beyond a 0.2 MiB output, its
+      columns 6.6), priced call by call (``vaemem.estimate.conv_call_peak_bytes``).
+    - A half-precision convolution on a CPU without AMX tiles (``amx=False``): a copy of its input, two for a
+      kernel of one element (SD1.5's decoder at 512 px: 128 MiB beyond the 256->128 3x3 convolution's 64 MiB
+      output, 256 beyond the 1x1 one's; Wan 2.1's causal 3x3x3 convolutions their padded input, 1.54x the output).
+      With AMX (``amx=True``) twice its output, the rule the AMX Xeon's lines were fitted with (its convolutions
+      were never measured call by call).
+    - None, in fp32 or without AMX, on a channels-last input, which oneDNN takes as it is: SANA DC-AE's decoder
+      and Mochi's encoder run channels-last (DC-AE's 512->512 3x3 convolution at 128x128 holds 17.9 MiB beyond a
+      32 MiB output, its weight's two copies; Mochi's bf16 64->64 3x3x3 one at 256x160 x 7, 0.2 beyond 35 MiB), and
+      SD1.5's decoder in fp32 on a batch, whose convolutions' inputs are channels-last (at 256 px in two: 0-2 MiB
+      beyond 64). Counted, DC-AE's fp32 decode's dry run rose 1.22x over a demand 1.05x the plain one.
+    - A half-precision ``aten.mean.dim``: an fp32 copy of its input and result (HunyuanImage-2.1's encoder at 512
+      px: 160 MiB beyond a 32 MiB output)."""
     if func is _CONVOLUTION:
+        x = args[0]
         if out.dtype == torch.float32:
-            return out.numel() * out.element_size()
+            n, always, _, _ = conv_call(args, out)
+            if _is_channels_last(x) or not (always or n > ONEDNN_MIN_ELEMENTS):
+                return 0
+            return max(out.numel() * out.element_size(), x.numel() * x.element_size())
         if amx:
             return 2 * out.numel() * out.element_size()
-        x, w = args[0], args[1]
-        return (2 if w[0, 0].numel() == 1 else 1) * x.numel() * x.element_size()
+        if _is_channels_last(x):
+            return 0
+        return (2 if args[1][0, 0].numel() == 1 else 1) * x.numel() * x.element_size()
     if func is _MEAN and args[0].dtype in _HALF:
         return 4 * (args[0].numel() + out.numel())
     return 0

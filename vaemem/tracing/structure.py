@@ -552,8 +552,17 @@ def _input_bytes_per_pixel_frame(spec: ModelSpec, dtype: str) -> int:
 def _per_knot(ratios: dict[tuple, float], wanted: list[tuple], knots: list[int]) -> float | list[float]:
     """Per knot, the largest of ``ratios`` over the grid's sizes at that knot and every later one, rounded up to
     1e-4: an upper bound for every clip from that knot on, so the list never rises. One number where every knot has
-    the same, else one per knot (:func:`vaemem.estimate.hidden_factor_at`)."""
-    per = [math.ceil(max(ratios[k] for k in wanted if k[2] == fr) * 1e4 - 1e-6) / 1e4 for fr in knots]
+    the same, else one per knot (:func:`vaemem.estimate.hidden_factor_at`). Of the sizes in the calibration domain
+    (:data:`vaemem.estimate.DOMAIN_MIN_FRAME_PIXELS`) where a knot has any: at 64 px the peak falls elsewhere and
+    the factor runs up to 3 % higher (LTX-2's fp32 decode at 9 frames 1.247 at 64 px, 1.216-1.207 from 256 px; its
+    bf16 one without AMX at one frame 1.309 and 1.273), which over-stated the clips apps run and, left out by size,
+    put LTX-2's fp32 decode at 160x96 x 9 under (0.98); a request below the domain may hold up to that more than
+    the factor says, and the lines below the domain (``small``) are fitted in the same dry runs."""
+    def sizes(fr: int) -> list[tuple]:  # the knot's sizes in the calibration domain, where it has any
+        at = [k for k in wanted if k[2] == fr]
+        return [k for k in at if k[0] * k[1] >= est.DOMAIN_MIN_FRAME_PIXELS] or at
+
+    per = [math.ceil(max(ratios[k] for k in sizes(fr)) * 1e4 - 1e-6) / 1e4 for fr in knots]
     per = [max(per[i:]) for i in range(len(per))]
     return per[0] if len(set(per)) == 1 else per
 
@@ -655,12 +664,13 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
-        # architecture the same at every size and batch (to 1e-4; on the math path 1.12-1.20 where the score
+        # architecture the same at every size (to 1e-4; in fp32 of one sample: a batch runs channels-last, which
+        # holds no reorder, and SD1.5's decode in two is 1.0x its plain dry run; on the math path 1.12-1.20 where the score
         # matrix leads, the fused path's factor below, so the largest is the fused one); for a video one nearly the
         # same at every size (within 0.01-0.03) but not at every clip length: a one-frame clip differs most
         # (HunyuanVideo 1.5's bf16 encode without AMX 1.44, its clips of 5-33 frames 1.0; Wan 2.1's 1.31 and
         # 1.05-1.08) and the longer clips settle by 9 frames. Per knot (schema 17), the largest ratio of its sizes
-        # and of every later knot's (_per_knot). Why per knot: one factor for every clip, the grid's largest, put
+        # in the calibration domain and of every later knot's (_per_knot). Why per knot: one factor for every clip, the grid's largest, put
         # the 9-frame clips' dry runs up to 1.44x too high, and left out by architecture the bf16 video rows without
         # AMX 1.21-1.56x over at the median (HunyuanVideo's encode 1.21, HunyuanVideo 1.5's 1.56; 1.07 and 1.12 per
         # knot). Why the later knots' too: where a one-frame clip holds less than the clips (HunyuanVideo's bf16
