@@ -149,3 +149,18 @@ def _drop(node: object, name: str) -> None:
     elif isinstance(node, list):
         for v in node:
             _drop(v, name)
+
+
+FP32_VIDEO_DECODE = "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"
+
+
+def unmeasured(doc: dict, arch: str = "cogvideox", calibration: str = FP32_VIDEO_DECODE) -> dict:
+    """``doc`` (a coefficient document, in place) as if ``arch`` had not been measured on ``calibration``: its own,
+    transfer and variant lines there gone, so a request of it is priced as a transfer from the others (CogVideoX's
+    fp32 decode was such a transfer until campaign 37 measured it; the class line and the other lines keep its
+    points, which the tests of a transfer's arithmetic do not read)."""
+    (c,) = [c for c in doc["calibrations"] if c["calibration"] == calibration]
+    for field in ("architectures", "transfer_lines", "variants", "variant_transfer_lines"):
+        for name in [n for n in c.get(field, {}) if n.split("/")[0] == arch]:
+            del c[field][name]
+    return doc

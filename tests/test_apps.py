@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from vaemem import estimate as est
 from vaemem.cli import app
-from conftest import as_schema, scale_slope
+from conftest import as_schema, scale_slope, unmeasured
 
 ROOT = Path(__file__).parent.parent
 PACKAGED = ROOT / "vaemem" / "coefficients.json"
@@ -462,11 +462,12 @@ def test_layering_keeps_every_layers_variant_lines_and_only_schema_13_and_14_lay
 
 
 def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(tmp_path):
-    """A rig's fit that measured CogVideoX beside Wan 2.1 (2 architectures) layered over the packaged file (9 in the
-    conv3d fp32 decode calibration, CogVideoX not among them): CogVideoX is priced by its own line, and the class
-    line and transfer lines stay the packaged ones (the widest pool), which have none for CogVideoX; a single file
-    that claims to be layered gets no such leave."""
-    shipped = json.loads(PACKAGED.read_text())
+    """A rig's fit that measured CogVideoX beside Wan 2.1 (2 architectures) layered over a file of 9 in the conv3d
+    fp32 decode calibration, CogVideoX not among them (the packaged one before campaign 37): CogVideoX is priced by
+    its own line, and the class line and transfer lines stay the wider file's (the widest pool), which have none for
+    CogVideoX; a single file that claims to be layered gets no such leave."""
+    shipped = unmeasured(json.loads(PACKAGED.read_text()))
+    (tmp_path / "shipped.json").write_text(json.dumps(shipped))
     cid = "conv3d/onednn/glibc-fixed/fp32/linux/decode/untiled"
     (c,) = [c for c in shipped["calibrations"] if c["calibration"] == cid]
     assert "cogvideox" not in c["architectures"]
@@ -475,7 +476,8 @@ def test_a_layer_may_add_an_architecture_beside_the_widest_pools_transfer_lines(
         "transfer_lines": {"wan21": c["transfer_lines"]["wan21"], "cogvideox": c["transfer_lines"]["wan21"]}}]}
     (tmp_path / "mine.json").write_text(json.dumps(mine))
     kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
-    cog = est.explain("cogvideox", "decode", 320, 192, coefficients=[tmp_path / "mine.json", None], **kw)
+    cog = est.explain("cogvideox", "decode", 320, 192, coefficients=[tmp_path / "mine.json",
+                                                                      tmp_path / "shipped.json"], **kw)
     assert cog.source == "measured" and "2.000 x dry-run peak" in cog.reason
     claims = {**shipped, "layered": True, "calibrations": [{**c, "transfer_lines": {}}]}
     with pytest.raises(ValueError, match=r"transfer_lines must be one line per architecture of architectures"):
