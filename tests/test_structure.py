@@ -4,6 +4,7 @@ leave-one-architecture-out behave as declared."""
 from __future__ import annotations
 
 import copy
+from fractions import Fraction
 import json
 import math
 import re
@@ -1148,10 +1149,15 @@ def test_first_call_bytes_is_the_part_no_frame_size_sets():
     assert co.first_call_bytes({"h": h}) == 20 * MIB
     assert co.first_call_bytes({"h": h, "l": low}) == 20 * MIB
     assert co.first_call_bytes({"l": low}) == 12 * MIB
-    # the lower envelope itself: through the points' lowest line, its slope never below 0
-    assert co.fit_lower([1, 2, 3], [5, 7, 9]) == pytest.approx((3, 2))
-    assert co.fit_lower([1, 2, 3], [9, 7, 5]) == pytest.approx((5, 0))
+    # the lower envelope itself, exact: the supporting line of the lower hull at the points' mean x, its slope never
+    # below 0 (a point lowered to the least y right of it), at a hull vertex the edge to its left
+    assert co.fit_lower([1, 2, 3], [5, 7, 9]) == (3, 2)
+    assert co.fit_lower([1, 2, 3], [9, 7, 5]) == (5, 0)
     assert co.fit_lower([4, 4], [9, 7]) == (7, 0)
+    assert co.fit_lower([1, 2, 4], [0, 1, 4]) == (-2, Fraction(3, 2))  # the mean, 7/3, on the second edge
+    assert co.fit_lower([1, 2, 3], [0, 0, 2]) == (0, 0)  # the mean, 2, a vertex: the left edge's
+    c, b = co.fit_lower([0.1, 0.2], [0.3, 0.5])  # through both points, to the floats' exact values
+    assert (c + b * Fraction(0.1), c + b * Fraction(0.2)) == (Fraction(0.3), Fraction(0.5))
 
 
 def test_an_untiled_transfer_adds_the_most_a_measured_architecture_needed_beyond_its_dry_run():

@@ -646,7 +646,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
     return out
 
 
-FIRST_CALL_STEP = 1024  # bytes: first_call_bytes is rounded to it
+FIRST_CALL_STEP = 1024  # bytes: first_call_bytes is rounded down to it
 
 
 def first_call_bytes(per_arch: dict[str, list[tuple]]) -> int:
@@ -663,8 +663,8 @@ def first_call_bytes(per_arch: dict[str, list[tuple]]) -> int:
     its intercept, 28 MiB; no row left out under)."""
     least = [fit_lower([r[4] for r in inside], [r[2] - r[0] for r in inside])[0] for rows in per_arch.values()
              if (inside := [r for r in rows if r[4] >= DOMAIN_MIN_FRAME_PIXELS])]
-    # to the step: the solver's last digits never reach the file (fit --check re-derives it byte for byte)
-    return max(0, round(max(least, default=0) / FIRST_CALL_STEP) * FIRST_CALL_STEP)
+    # exact (fit_lower), down to the step: a floor never above what its points showed
+    return max(0, int(max(least, default=0) // FIRST_CALL_STEP) * FIRST_CALL_STEP)
 
 
 def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:

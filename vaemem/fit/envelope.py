@@ -16,6 +16,7 @@ Units: the programme is solved in megapixels and MiB (well-conditioned) and repo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 from dataclasses import dataclass
 
 from vaemem.errors import VaememError
@@ -99,23 +100,36 @@ def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
     return [float(c) * float(y.max()) / float(s) for c, s in zip(res.x, scale)]
 
 
-def fit_lower(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+def fit_lower(x: Sequence[float], y: Sequence[float]) -> tuple[Fraction, Fraction]:
     """(intercept, slope >= 0) of the lower envelope of (x, y) points: the line ``intercept + slope x`` on or below
-    every point with the largest summed value over them (a linear programme, HiGHS), in the points' units; where
-    fewer than two ``x`` differ, the least ``y`` and 0. Used for what an architecture needs beyond its dry run at
-    every frame size (:func:`vaemem.fit.coefficients.first_call_bytes`): its intercept is the part that no frame
-    size sets."""
-    import numpy as np
-    from scipy.optimize import linprog
-
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xs.shape != ys.shape or xs.ndim != 1 or not len(xs):
+    every point with the largest summed value over them, in exact arithmetic (``Fraction``: the same answer on every
+    machine, which ``vaemem fit --check`` needs), in the points' units. Method: that line is the supporting line of
+    the points' lower convex hull at their mean ``x`` (the sum is n x the line's value there), with each point
+    lowered to the least ``y`` at or right of it (a slope never below 0); where the mean is a hull vertex, the edge to
+    its left (the lesser slope, the larger intercept). Where fewer than two ``x`` differ, the least ``y`` and 0. Used
+    for what an architecture needs beyond its dry run at every frame size
+    (:func:`vaemem.fit.coefficients.first_call_bytes`): its intercept is the part that no frame size sets."""
+    if len(x) != len(y) or not len(x):
         raise VaememError("a lower envelope needs equal-length, non-empty x and y")
-    if len(np.unique(xs)) < 2:
-        return float(ys.min()), 0.0
-    sx, sy = float(np.abs(xs).max()), max(float(np.abs(ys).max()), 1.0)  # unit scale for the solver
-    res = linprog([-len(xs), -(xs / sx).sum()], A_ub=np.column_stack([np.ones_like(xs), xs / sx]), b_ub=ys / sy,
-                  bounds=[(None, None), (0, None)], method="highs")
-    if res.status != 0:
-        raise VaememError(f"lower envelope fit failed: {res.message}")
-    return float(res.x[0]) * sy, float(res.x[1]) * sy / sx
+    least: dict[Fraction, Fraction] = {}
+    for xi, yi in zip(map(Fraction, x), map(Fraction, y)):
+        least[xi] = min(yi, least.get(xi, yi))
+    xs = sorted(least)
+    if len(xs) < 2:
+        return least[xs[0]], Fraction(0)
+    lowered, run = [], least[xs[-1]]
+    for xi in reversed(xs):  # a slope >= 0: no point is higher than one right of it
+        run = min(run, least[xi])
+        lowered.append((xi, run))
+    hull: list[tuple[Fraction, Fraction]] = []
+    for p in reversed(lowered):  # Andrew's monotone chain, lower hull
+        while len(hull) >= 2 and (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) \
+                >= (p[1] - hull[-2][1]) * (hull[-1][0] - hull[-2][0]):
+            hull.pop()
+        hull.append(p)
+    mean = sum(map(Fraction, x)) / len(x)
+    for (x1, y1), (x2, y2) in zip(hull, hull[1:]):
+        if x1 <= mean <= x2:
+            slope = (y2 - y1) / (x2 - x1)
+            return y1 - slope * x1, slope
+    return hull[0][1], Fraction(0)  # one hull point left: a flat line through the least
