@@ -74,8 +74,10 @@ def as_schema(doc: dict, version: int) -> dict:
     branch; before 17 no structure a oneDNN factor per knot (it held the largest); before 18 no calibration a first
     call's cost; before 20 no line its smallest dry-run peak (before 21 a half-precision batch is priced by its dry
     run and the copy, before 22 the factors counted an fp32 convolution's output alone: rules, nothing to
-    remove)."""
+    remove); before 23 no line its one-frame points' largest dry run."""
     doc["schema_version"] = version
+    if version < 23:  # no line carries its one-frame points' largest dry run
+        _drop(doc.get("calibrations", []), "single_frame_dry_max")
     if version < 8:
         doc["groups"] = [g for g in doc["groups"] if g["conv_backend"] != "onednn-amx"]
         doc["calibrations"] = [c for c in doc.get("calibrations", []) if c["conv_backend"] != "onednn-amx"]
@@ -140,8 +142,8 @@ def scale_slope(line: dict, factor: float) -> None:
 
 
 def _drop(node: object, name: str) -> None:
-    """Every field ``name`` under ``node`` (a ``flat`` branch of schema 16, a ``dry_bytes_min`` of 20), removed in
-    place."""
+    """Every field ``name`` under ``node`` (a ``flat`` branch of schema 16, a ``dry_bytes_min`` of 20, a
+    ``single_frame_dry_max`` of 23), removed in place."""
     if isinstance(node, dict):
         node.pop(name, None)
         for v in node.values():

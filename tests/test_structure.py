@@ -1541,19 +1541,53 @@ def test_a_flat_branch_is_read_from_schema_16_and_in_a_document_layered_with_it(
             est.explain("ltx-video", "decode", 640, 384, coefficients=[None, other], **kw)
 
 
+def test_a_one_frame_term_stops_growing_beyond_its_points():
+    """Schema 23, known answer: a line's one-frame term (0.3 x dry run + 2 MiB, over a 1.0 x + 10 MiB line) prices
+    one-frame requests up to its one-frame points' largest dry run, 100 MiB, and stops growing beyond it (0.3 x 100
+    MiB + 2 MiB); a longer clip never takes it. The fit writes the field on a transfer's lines (the class line, an
+    architecture's transfer line) where they have a one-frame factor, their one-frame rows' largest dry run; a file
+    of 22 carrying it is refused, naming it, and one of 23 layers with 22.
+    Why: left out, LTX-Video's fp32 decode line (one-frame dry runs of 17-96 MiB) priced HunyuanVideo 1.5's one
+    frame, an 870-900 MiB call peak, at 1.31x; 1.20 with it."""
+    line = {"dry_factor": 1.0, "per_sample_factor": 0.0, "base_bytes": 10 * MIB, "single_frame_factor": 0.3,
+            "single_frame_bytes": 2 * MIB, "single_frame_dry_max": 100 * MIB}
+    assert est._terms_at(line, 50 * MIB, 50 * MIB, True) == pytest.approx((1.3 * 50 + 12) * MIB)
+    assert est._terms_at(line, 100 * MIB, 100 * MIB, True) == pytest.approx((1.3 * 100 + 12) * MIB)
+    assert est._terms_at(line, 400 * MIB, 400 * MIB, True) == pytest.approx((400 + 30 + 12) * MIB)
+    assert est._terms_at(line, 400 * MIB, 400 * MIB, False) == pytest.approx(410 * MIB)
+    px = co.DOMAIN_MIN_FRAME_PIXELS
+    rows = [(d * MIB, d * MIB, (1.6 * d + 5) * MIB, True, px) for d in (20, 60)] + \
+        [(d * MIB, d * MIB, (d + 5) * MIB, False, px) for d in (100, 300, 900)]
+    fitted = co.calibration_line(rows, 0.0, transfer=True)
+    assert fitted["single_frame_factor"] > 0 and fitted["single_frame_dry_max"] == 60 * MIB
+    assert "single_frame_dry_max" not in co.calibration_line(rows[2:], 0.0, transfer=True)  # no one-frame term
+    # an own line keeps its one-frame slope past its points (its own kernels: a plan's own LTX-Video lines held
+    # there under-priced two more of its larger one-frame points)
+    assert "single_frame_dry_max" not in co.calibration_line(rows, 0.0, floor=True)
+    assert co.transfer_lines({"a": rows}, 0.0, False)["a"]["single_frame_dry_max"] == 60 * MIB
+    doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
+    _refused_in_a_file_below(doc, "single_frame_dry_max", 23)
+    kw = dict(dtype="fp32", frames=1, backend="onednn", allocator="glibc-fixed", os="linux")
+    shipped = est.explain("ltx-video", "decode", 1024, 576, **kw)  # its own line: no bound
+    assert "its one-frame points' largest dry-run peak" not in shipped.reason
+    layered = est.explain("ltx-video", "decode", 1024, 576, coefficients=[None, as_schema(json.loads(json.dumps(
+        doc)), 22)], **kw)
+    assert (layered.bytes, layered.reason) == (shipped.bytes, shipped.reason)
+
+
 def test_a_file_of_schema_21_prices_alone_and_does_not_layer_with_22():
     """Schema 22's structures count an fp32 convolution's input reorder (the same fields, other numbers): a file of
     21 is read and priced by its own structures, and layered with one of 22 either way round it is refused, naming
     the layer to refit (a structure of one priced with the lines of the other: 0.8-1.25x)."""
     doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
-    assert doc["schema_version"] == est.SCHEMA_VERSION == est.INPUT_REORDER_SCHEMA == 22
+    assert doc["schema_version"] == est.SCHEMA_VERSION == 23 and est.INPUT_REORDER_SCHEMA == 22
     kw = dict(dtype="fp32", frames=9, backend="onednn", allocator="glibc-fixed", os="linux")
     old = as_schema(json.loads(json.dumps(doc)), 21)
-    est.validate(old, "c.json")
+    est.validate(old, "c.json")  # (as_schema takes 23's single_frame_dry_max out)
     alone = est.explain("hunyuanvideo", "decode", 320, 192, coefficients=old, **kw)
     assert alone.bytes == est.explain("hunyuanvideo", "decode", 320, 192, **kw).bytes  # the same numbers here
     for layers, stale in (([old, None], 1), ([None, old], 2)):
-        first, then = (21, 22) if stale == 1 else (22, 21)
+        first, then = (21, est.SCHEMA_VERSION) if stale == 1 else (est.SCHEMA_VERSION, 21)
         with pytest.raises(ValueError, match=rf"oneDNN lines of schemas {first} and {then}, which are priced "
                                              rf"differently and cannot be layered; refit layer {stale} with"):
             est.explain("hunyuanvideo", "decode", 320, 192, coefficients=layers, **kw)

@@ -178,8 +178,14 @@ from collections.abc import Callable, Iterator
 # numbers (HunyuanVideo's fp32 one-frame decode 1.22 -> 1.53, Mochi's fp32 encode clips 1.20 -> 1.0). A file of
 # 21 stays readable and is priced by its own structures, but its oneDNN lines do not layer with those of 22 (a
 # structure of one priced with the lines of the other: 0.8-1.25x).
-SCHEMA_VERSION = 22
+# 23: a line with a one-frame term carries ``single_frame_dry_max``, its one-frame points' largest dry-run peak,
+# beyond which its one-frame term stops growing (:func:`_terms_at`), where 22 extrapolated it (LTX-Video's fp32
+# decode line, its one-frame term fitted on one-frame dry runs of 17-96 MiB, priced HunyuanVideo 1.5's one-frame
+# decode, an 870-900 MiB call peak, at 1.31x left out): a reader of 22 would ignore it (over); a file of 22 is one
+# of 23 without it, so it stays readable and layers with it.
+SCHEMA_VERSION = 23
 INPUT_REORDER_SCHEMA = 22  # the first whose oneDNN factors count an fp32 convolution's input reorder
+ONE_FRAME_MAX_SCHEMA = 23  # the first whose lines may carry single_frame_dry_max
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
@@ -195,7 +201,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23)
 # The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -575,13 +581,13 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
 
 
 def _check_line(line: dict, where: str, small: bool = False, strict: bool = False, branch: bool = False,
-                flat: bool = True, least: bool = True) -> None:
+                flat: bool = True, least: bool = True, frames: bool = True) -> None:
     """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
     price are required, and ``small`` is there exactly where points below the domain were (a line that lost
     either would price silently otherwise). ``branch``: an own line's ``copy_line``, which may be flat (the
     transient it adds grows; its live line prices the larger requests). ``flat``: whether the line may carry a
     flat branch (:data:`FLAT_SCHEMA`), which is held to what its line is; ``least``: ``dry_bytes_min``
-    (:data:`LEAST_DRY_SCHEMA`)."""
+    (:data:`LEAST_DRY_SCHEMA`); ``frames``: ``single_frame_dry_max`` (:data:`ONE_FRAME_MAX_SCHEMA`)."""
     for name in ("dry_factor", "per_sample_factor", "base_bytes"):
         _field(line, name, where, "num>=0")
     top = _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
@@ -590,6 +596,11 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
               f"{LEAST_DRY_SCHEMA})", line["dry_bytes_min"])
         low = _field(line, "dry_bytes_min", where, "num>0")
         _need(low <= top, f"{where}.dry_bytes_min", f"at most dry_bytes_max ({top})", low)
+    if "single_frame_dry_max" in line:  # from 23: beyond it the one-frame term stops growing
+        _need(frames, f"{where}.single_frame_dry_max", f"absent in a file of schema below {ONE_FRAME_MAX_SCHEMA} (new "
+              f"in schema {ONE_FRAME_MAX_SCHEMA})", line["single_frame_dry_max"])
+        one = _field(line, "single_frame_dry_max", where, "num>0")
+        _need(one <= top, f"{where}.single_frame_dry_max", f"at most dry_bytes_max ({top})", one)
     if strict and not small:
         for name in ("single_frame_factor", "single_frame_bytes"):
             _field(line, name, where, "num>=0")
@@ -623,7 +634,8 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
         _need("copy_line" not in line, f"{where}.copy_line", "absent (a copy branch is an own line's)", "present")
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
-        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True, flat=flat, least=least)
+        _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True, flat=flat, least=least,
+                    frames=frames)
     if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be
         # flat: past its points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
@@ -899,6 +911,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
           sorted({i for i in ids if ids.count(i) > 1}))
     flat = version >= FLAT_SCHEMA or layered  # a layered document of 15 and 16 keeps the flat branches of 16
     least = version >= LEAST_DRY_SCHEMA or layered  # and one of 19 and 20 the dry_bytes_min of 20
+    frames = version >= ONE_FRAME_MAX_SCHEMA or layered  # and one of 22 and 23 the single_frame_dry_max of 23
     for i, c in enumerate(cals):
         w = f"{source}: calibrations[{i}]"
         _field(c, "calibration", w, "str")
@@ -918,8 +931,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   c["first_call_bytes"])
             _field(c, "first_call_bytes", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
-            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat, least=least)
-        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat, least=least)
+            _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat, least=least,
+                        frames=frames)
+        _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat, least=least,
+                    frames=frames)
         lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
         if version >= 7 or "transfer_lines" in c:  # from 7: each architecture's line as a transfer takes it
             moved = _field(c, "transfer_lines", w, "dict")
@@ -928,7 +943,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   set(moved) == set(c["architectures"]), f"{w}.transfer_lines", "one line per architecture of "
                   "architectures", sorted(moved))
             for arch, line in sorted(moved.items()):
-                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat, least=least)
+                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat, least=least, frames=frames)
                 _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
@@ -940,13 +955,14 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 arch, variant = variant_parts(name)
                 _need(arch in c["architectures"] and variant in VARIANT_WORDS, f"{w}.variants.{name}",
                       f"a key of architectures and one of {', '.join(VARIANT_WORDS)} (sd15/math)", name)
-                _check_line(line, f"{w}.variants.{name}", strict=True, flat=flat, least=least)
+                _check_line(line, f"{w}.variants.{name}", strict=True, flat=flat, least=least, frames=frames)
                 lines[f"variants.{name}"] = line
             moved = _field(c, "variant_transfer_lines", w, "dict")
             _need(set(moved) <= set(variants) if layered else set(moved) == set(variants),
                   f"{w}.variant_transfer_lines", "one line per entry of variants", sorted(moved))
             for name, line in sorted(moved.items()):
-                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True, flat=flat, least=least)
+                _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True, flat=flat, least=least,
+                            frames=frames)
                 _need("floor_bytes" not in line, f"{w}.variant_transfer_lines.{name}.floor_bytes", "absent (a "
                       "transfer takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"variant_transfer_lines.{name}"] = line
@@ -969,7 +985,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                       f"only on an own line on {', '.join(WEIGHT_COPY_BACKENDS)} (from schema {NO_AMX_SCHEMA})",
                       "present")
                 branch = _field(line, "copy_line", f"{w}.{name}", "dict")
-                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True, flat=flat, least=least)
+                _check_line(branch, f"{w}.{name}.copy_line", strict=True, branch=True, flat=flat, least=least,
+                            frames=frames)
                 _need(_field(branch, "weight_copy_factor", f"{w}.{name}.copy_line", "num>=0") >= 1,
                       f"{w}.{name}.copy_line.weight_copy_factor", "at least 1 (it adds the transient)",
                       branch["weight_copy_factor"])
@@ -2717,6 +2734,9 @@ def _terms_at(c: dict, dry: float, dry1: float, single_frame: bool, least: float
     makes it grow slower per byte of the batch's dry run."""
     fixed = c["base_bytes"] + (c.get("single_frame_bytes", 0) if single_frame else 0)
     sf = c.get("single_frame_factor", 0.0) if single_frame else 0.0
+    one = c.get("single_frame_dry_max", math.inf)
+    if dry > one:  # from 23: the one-frame term stops at its points' largest dry run (a constant beyond it)
+        fixed, sf = fixed + sf * one, 0.0
     grows = c["dry_factor"] * dry + c["per_sample_factor"] * dry1 + sf * dry
     if 0 < dry < least and c["dry_factor"] + c["per_sample_factor"] + sf < 1:
         beyond = fixed + grows * least / dry - least  # what it reserves beyond the dry run, scaled up to least
@@ -2746,8 +2766,11 @@ def _line_terms(line: dict, dry: float, dry1: float, single_frame: bool, frame_p
     if terms.get("per_sample_factor"):
         text += f" + {terms['per_sample_factor']:.3f} x one sample's {dry1 / MIB:.0f} MiB"
     if single_frame and (line.get("single_frame_factor") or line.get("single_frame_bytes")):
-        text += (f" + one-frame clip {line.get('single_frame_factor', 0.0):.3f} x dry-run peak + "
-                 f"{line.get('single_frame_bytes', 0) / MIB:.0f} MiB")
+        one = line.get("single_frame_dry_max", math.inf)
+        text += (f" + one-frame clip {line.get('single_frame_factor', 0.0):.3f} x "
+                 + (f"its one-frame points' largest dry-run peak {one / MIB:.0f} MiB (no further)" if dry > one
+                    else "dry-run peak")
+                 + f" + {line.get('single_frame_bytes', 0) / MIB:.0f} MiB")
     text += f" + {terms['base_bytes'] / MIB:.0f} MiB"
     if by_bytes:
         text = ("its envelope fitted on bytes, below the one fitted on ratios here (both cover its points): "

@@ -380,7 +380,7 @@ def _live(r: tuple) -> float:
 
 
 def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
-                     weight_copy: bool = False, resident: bool = False) -> dict[str, Any]:
+                     weight_copy: bool = False, resident: bool = False, transfer: bool = False) -> dict[str, Any]:
     """The stored envelope of (dry, dry of one sample, demand, single frame of a video model, frame pixels[, weight
     copy bytes[, live tensors' dry run]]) rows (dry: the dry run the platform's lines are in, :func:`hidden_of`):
     ``factor x dry + per_sample_factor x dry1 + base (+ single_frame_factor x dry + single_frame_bytes for a
@@ -399,7 +399,14 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     adds a request's transient. Why: on this CPU LTX-2's 432 MiB convolution sets a 452-460 MiB demand at clips of
     6-102 MiB dry runs, which a line over architectures whose largest convolutions are 15-216 MiB priced at
     0.15-0.38x (campaign 15). ``resident`` (an architecture's own line on such a backend): the line also carries
-    :func:`resident_fields`."""
+    :func:`resident_fields`. ``transfer`` (a line that prices other architectures: the class line, an
+    architecture's transfer line): where it has a one-frame term, it carries ``single_frame_dry_max``, its one-frame
+    rows' largest dry-run peak, beyond which that term stops growing (schema 23). Why: the term is the one-frame
+    kernels' excess of the architectures that measured it, at their one-frame dry runs, which another's one-frame
+    clips may pass many times over: left out, LTX-Video's fp32 decode line (one-frame dry runs of 17-96 MiB) priced
+    HunyuanVideo 1.5's one frame, an 870-900 MiB call peak, at 1.31x (1.20 with it), and the LTX-2 family's at
+    1.30-1.31 (medians 1.21-1.25). Not an own line, whose one-frame requests past its points follow its own
+    kernels: a 15-minute plan's own LTX-Video lines, held so, under-priced two more of its larger one-frame points."""
     below = [r for r in rows if r[4] < DOMAIN_MIN_FRAME_PIXELS]
     domain = _domain(rows)
     split = domain is not rows
@@ -412,6 +419,10 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
         line["weight_copy_factor"] = round(1 + margin, 6)
     if resident:
         line.update(resident_fields(domain, margin, weight_copy))
+    if transfer:  # its one-frame term no further than its one-frame points (schema 23)
+        for branch, part in ((line, domain), *(((line["small"], below),) if split else ())):
+            if branch["single_frame_factor"] > 0:
+                branch["single_frame_dry_max"] = int(max(r[0] for r in part if r[3]))
     dry = [r[0] for r in rows]
     ratios = [calibration_bytes(line, r[0], r[1], bool(r[3]), r[4], r[5] if weight_copy else 0, live=_live(r))
               / r[2] for r in rows]
@@ -637,7 +648,7 @@ def calibrate(data: Dataset, structures: dict[str, Any], margin: float) -> list[
         agree = len(archs) >= 2 and spread <= est.AGREE_SPREAD and not uncovered
         out.append({"calibration": cid, **platform, "kernel": kernel, "architectures": archs,
                     "variants": {k: own_line(rows, margin, copies) for k, rows in variants.items()},
-                    "class": calibration_line(pooled, margin, weight_copy=copies),
+                    "class": calibration_line(pooled, margin, weight_copy=copies, transfer=True),
                     "transfer_lines": transfer_lines({a: per_arch[a] for a in archs}, margin, copies),
                     "variant_transfer_lines": transfer_lines(variants, margin, copies),
                     "spread": round(spread, 4), "agree": agree, "torch_versions": sorted(torches)})
@@ -794,7 +805,8 @@ def transfer_lines(per_arch: dict[str, list[tuple]], margin: float, weight_copy:
     line as a transfer to another architecture takes it (:func:`vaemem.estimate.transfer_bytes`): as the class line
     is fitted (less the transients on a weight-copying backend), without a floor (a resident floor is the
     architecture's own: HunyuanImage-2.1's decoder's 326 MiB would price every small image of the class)."""
-    return {a: calibration_line(rows, margin, weight_copy=weight_copy) for a, rows in sorted(per_arch.items())
+    return {a: calibration_line(rows, margin, weight_copy=weight_copy, transfer=True)
+            for a, rows in sorted(per_arch.items())
             if len({r[0] for r in rows}) >= 2}
 
 
@@ -831,7 +843,7 @@ def held_out_prices(per_key: dict[str, list[tuple]], margin: float, weight_copy:
         rest = [r for b, rs in per_arch.items() if b != a for r in rs]
         if len({r[0] for r in rest}) < 2:
             continue
-        calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy),
+        calib = {"class": calibration_line(rest, margin, weight_copy=weight_copy, transfer=True),
                  "transfer_lines": {b: ln for b, ln in lines.items() if b != a},
                  "variant_transfer_lines": {k: ln for k, ln in moved.items() if _arch(k) != a}}
         if not tiled:
