@@ -20,7 +20,7 @@ from vaemem.models.zoo import get_spec
 from vaemem.tracing import cache as tc
 from vaemem.tracing.structure import derive, derive_all, grid
 from vaemem.tracing.trace import TraceSpec, trace
-from conftest import as_schema, scale_slope
+from conftest import FP32_VIDEO_DECODE, as_schema, scale_slope, unmeasured
 
 
 def _entries(specs):
@@ -1562,17 +1562,40 @@ def test_a_one_frame_term_stops_growing_beyond_its_points():
     assert fitted["single_frame_factor"] > 0 and fitted["single_frame_dry_max"] == 60 * MIB
     assert "single_frame_dry_max" not in co.calibration_line(rows[2:], 0.0, transfer=True)  # no one-frame term
     # an own line keeps its one-frame slope past its points (its own kernels: a plan's own LTX-Video lines held
-    # there under-priced two more of its larger one-frame points)
-    assert "single_frame_dry_max" not in co.calibration_line(rows, 0.0, floor=True)
+    # there under-priced two more of its larger one-frame points), and the reader refuses the field there
+    own = co.own_line(rows, 0.0, False)
+    assert own["single_frame_factor"] > 0 and "single_frame_dry_max" not in own
     assert co.transfer_lines({"a": rows}, 0.0, False)["a"]["single_frame_dry_max"] == 60 * MIB
     doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
     _refused_in_a_file_below(doc, "single_frame_dry_max", 23)
+    i, c = next((i, c) for i, c in enumerate(doc["calibrations"]) if c["calibration"] == FP32_VIDEO_DECODE)
+    bad = json.loads(json.dumps(doc))
+    bad["calibrations"][i]["architectures"]["ltx-video"]["single_frame_dry_max"] = 100 * MIB
+    with pytest.raises(ValueError, match=re.escape(f"calibrations[{i}].architectures.ltx-video.single_frame_dry_max "
+                                                   "must be absent on an architecture's own line")):
+        est.validate(bad, "c.json")
+    bad = json.loads(json.dumps(doc))
+    bad["calibrations"][i]["transfer_lines"]["wan21"]["single_frame_dry_max"] = 100 * MIB  # no one-frame factor
+    assert bad["calibrations"][i]["transfer_lines"]["wan21"]["single_frame_factor"] == 0
+    with pytest.raises(ValueError, match="single_frame_dry_max must be absent where single_frame_factor is 0"):
+        est.validate(bad, "c.json")
     kw = dict(dtype="fp32", frames=1, backend="onednn", allocator="glibc-fixed", os="linux")
     shipped = est.explain("ltx-video", "decode", 1024, 576, **kw)  # its own line: no bound
     assert "its one-frame points' largest dry-run peak" not in shipped.reason
-    layered = est.explain("ltx-video", "decode", 1024, 576, coefficients=[None, as_schema(json.loads(json.dumps(
-        doc)), 22)], **kw)
-    assert (layered.bytes, layered.reason) == (shipped.bytes, shipped.reason)
+    # HunyuanVideo 1.5's one frame as a transfer: LTX-Video's line prices it, its one-frame term held at 96 MiB;
+    # layered with the same file relabelled 22 the widest pool's lines price, the first layer's on a tie: the 23
+    # file first, the same; the 22 file first, without the bound (over, never under)
+    alone = unmeasured(json.loads(json.dumps(doc)), "hunyuanvideo-1.5")
+    one = est.explain("hunyuanvideo-1.5", "decode", 320, 192, coefficients=alone, **kw)
+    line = next(c for c in alone["calibrations"] if c["calibration"] == FP32_VIDEO_DECODE)["transfer_lines"]["ltx-video"]
+    assert one.source == "transfer" and "ltx-video's line" in one.reason and "(no further)" in one.reason
+    assert f"its one-frame points' largest dry-run peak {line['single_frame_dry_max'] / MIB:.0f} MiB" in one.reason
+    older = as_schema(json.loads(json.dumps(alone)), 22)
+    layered = est.explain("hunyuanvideo-1.5", "decode", 320, 192, coefficients=[alone, older], **kw)
+    assert (layered.bytes, layered.reason) == (one.bytes, one.reason)
+    unbound = est.explain("hunyuanvideo-1.5", "decode", 320, 192, coefficients=older, **kw)
+    assert one.bytes < unbound.bytes == est.explain("hunyuanvideo-1.5", "decode", 320, 192,
+                                                    coefficients=[older, alone], **kw).bytes
 
 
 def test_a_file_of_schema_21_prices_alone_and_does_not_layer_with_22():

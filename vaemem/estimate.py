@@ -581,13 +581,15 @@ def _field(d: dict, name: str, where: str, kind: str) -> object:
 
 
 def _check_line(line: dict, where: str, small: bool = False, strict: bool = False, branch: bool = False,
-                flat: bool = True, least: bool = True, frames: bool = True) -> None:
+                flat: bool = True, least: bool = True, frames: bool = True, transfer: bool = False) -> None:
     """A calibration line; ``strict`` (schema 6, whose fit writes them on every line): the terms that change a
     price are required, and ``small`` is there exactly where points below the domain were (a line that lost
     either would price silently otherwise). ``branch``: an own line's ``copy_line``, which may be flat (the
     transient it adds grows; its live line prices the larger requests). ``flat``: whether the line may carry a
     flat branch (:data:`FLAT_SCHEMA`), which is held to what its line is; ``least``: ``dry_bytes_min``
-    (:data:`LEAST_DRY_SCHEMA`); ``frames``: ``single_frame_dry_max`` (:data:`ONE_FRAME_MAX_SCHEMA`)."""
+    (:data:`LEAST_DRY_SCHEMA`); ``frames``: ``single_frame_dry_max`` (:data:`ONE_FRAME_MAX_SCHEMA`), which only a
+    ``transfer`` line (the class line, a transfer line) may carry: on an own line it would cut the one-frame slope
+    its own kernels need past its points."""
     for name in ("dry_factor", "per_sample_factor", "base_bytes"):
         _field(line, name, where, "num>=0")
     top = _field(line, "dry_bytes_max", where, "num>0")  # a reason divides by it: a line has points
@@ -596,11 +598,17 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
               f"{LEAST_DRY_SCHEMA})", line["dry_bytes_min"])
         low = _field(line, "dry_bytes_min", where, "num>0")
         _need(low <= top, f"{where}.dry_bytes_min", f"at most dry_bytes_max ({top})", low)
-    if "single_frame_dry_max" in line:  # from 23: beyond it the one-frame term stops growing
+    if "single_frame_dry_max" in line:  # from 23: beyond it a transfer's one-frame term stops growing
         _need(frames, f"{where}.single_frame_dry_max", f"absent in a file of schema below {ONE_FRAME_MAX_SCHEMA} (new "
               f"in schema {ONE_FRAME_MAX_SCHEMA})", line["single_frame_dry_max"])
+        _need(transfer, f"{where}.single_frame_dry_max", "absent on an architecture's own line (a transfer's)",
+              line["single_frame_dry_max"])
         one = _field(line, "single_frame_dry_max", where, "num>0")
         _need(one <= top, f"{where}.single_frame_dry_max", f"at most dry_bytes_max ({top})", one)
+        _need(one >= line.get("dry_bytes_min", 0), f"{where}.single_frame_dry_max",
+              f"at least dry_bytes_min ({line.get('dry_bytes_min', 0)})", one)
+        _need(line.get("single_frame_factor", 0) > 0, f"{where}.single_frame_dry_max",
+              "absent where single_frame_factor is 0 (nothing to stop)", one)
     if strict and not small:
         for name in ("single_frame_factor", "single_frame_bytes"):
             _field(line, name, where, "num>=0")
@@ -635,7 +643,7 @@ def _check_line(line: dict, where: str, small: bool = False, strict: bool = Fals
     if "small" in line:  # the line of the points below the domain
         _field(line, "domain_min_frame_pixels", where, "int>0")
         _check_line(_field(line, "small", where, "dict"), f"{where}.small", small=True, flat=flat, least=least,
-                    frames=frames)
+                    frames=frames, transfer=transfer)
     if line["dry_factor"] + line["per_sample_factor"] <= 0 and not small and not branch:  # the small line may be
         # flat: past its points the main line prices
         raise ValueError(f"{where}: dry_factor + per_sample_factor is {line['dry_factor'] + line['per_sample_factor']}"
@@ -934,7 +942,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
             _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat, least=least,
                         frames=frames)
         _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat, least=least,
-                    frames=frames)
+                    frames=frames, transfer=True)
         lines = {"class": c["class"], **{f"architectures.{a}": ln for a, ln in c["architectures"].items()}}
         if version >= 7 or "transfer_lines" in c:  # from 7: each architecture's line as a transfer takes it
             moved = _field(c, "transfer_lines", w, "dict")
@@ -943,7 +951,8 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   set(moved) == set(c["architectures"]), f"{w}.transfer_lines", "one line per architecture of "
                   "architectures", sorted(moved))
             for arch, line in sorted(moved.items()):
-                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat, least=least, frames=frames)
+                _check_line(line, f"{w}.transfer_lines.{arch}", strict=True, flat=flat, least=least, frames=frames,
+                            transfer=True)
                 _need("floor_bytes" not in line, f"{w}.transfer_lines.{arch}.floor_bytes", "absent (a transfer "
                       "takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"transfer_lines.{arch}"] = line
@@ -962,7 +971,7 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   f"{w}.variant_transfer_lines", "one line per entry of variants", sorted(moved))
             for name, line in sorted(moved.items()):
                 _check_line(line, f"{w}.variant_transfer_lines.{name}", strict=True, flat=flat, least=least,
-                            frames=frames)
+                            frames=frames, transfer=True)
                 _need("floor_bytes" not in line, f"{w}.variant_transfer_lines.{name}.floor_bytes", "absent (a "
                       "transfer takes no architecture's resident floor)", line.get("floor_bytes"))
                 lines[f"variant_transfer_lines.{name}"] = line
