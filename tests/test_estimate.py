@@ -545,13 +545,13 @@ MUTATIONS = [  # (where in the committed file, new value or DELETE, what the err
 
 
 def test_a_transfer_on_onednn_adds_the_requests_own_convolution_transient():
-    """CogVideoX's untiled fp32 decode, as if not measured on these CPUs (campaign 37 measured it): it transfers the highest of the conv3d class
-    line and each architecture's line. At one sample they are in the larger of the dry run with oneDNN's buffers and
-    the most a convolution's call holds (:func:`est.call_peak`: the bytes live there and its copy or buffer), and
-    add nothing; at two samples (every convolution on oneDNN) in the dry run, plus their weight_copy_factor x the
-    transient of this request (:func:`est.conv_transient_bytes`); in bf16 on oneDNN the copy of its largest
-    convolution (7,077,888 elements); the aten (reference-path) bf16 calibration adds nothing. The reason names the
-    line that set the price and how far beyond its points it went."""
+    """CogVideoX's untiled fp32 decode, as if not measured on these CPUs (campaign 37 measured it): it transfers the
+    highest of the conv3d class line and each architecture's line. At one sample they are in the larger of the dry run
+    with oneDNN's buffers and the most a convolution's call holds (:func:`est.call_peak`: the bytes live there and its
+    copy or buffer), and add nothing; at two samples (every convolution on oneDNN) in the dry run, plus their
+    weight_copy_factor x the transient of this request (:func:`est.conv_transient_bytes`); in bf16 on oneDNN the copy
+    of its largest convolution (7,077,888 elements); the aten (reference-path) bf16 calibration adds nothing. The
+    reason names the line that set the price and how far beyond its points it went."""
     from vaemem.models.zoo import LARGEST_CONV_PARAMETERS
 
     doc = unmeasured(json.loads(COMMITTED.read_text()))

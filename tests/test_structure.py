@@ -1587,7 +1587,8 @@ def test_a_one_frame_term_stops_growing_beyond_its_points():
     # file first, the same; the 22 file first, without the bound (over, never under)
     alone = unmeasured(json.loads(json.dumps(doc)), "hunyuanvideo-1.5")
     one = est.explain("hunyuanvideo-1.5", "decode", 320, 192, coefficients=alone, **kw)
-    line = next(c for c in alone["calibrations"] if c["calibration"] == FP32_VIDEO_DECODE)["transfer_lines"]["ltx-video"]
+    (cal,) = [c for c in alone["calibrations"] if c["calibration"] == FP32_VIDEO_DECODE]
+    line = cal["transfer_lines"]["ltx-video"]
     assert one.source == "transfer" and "ltx-video's line" in one.reason and "(no further)" in one.reason
     assert f"its one-frame points' largest dry-run peak {line['single_frame_dry_max'] / MIB:.0f} MiB" in one.reason
     older = as_schema(json.loads(json.dumps(alone)), 22)
@@ -1624,8 +1625,9 @@ def test_below_its_smallest_dry_run_a_line_never_reserves_more_beyond_it_than_th
     the dry run is itself below its points, and a line none of whose points needed less than its dry run (where it
     grows slower, a resident floor) has no bound. The reason says where the bound prices; a file of schema 19
     carrying it, or one above the line's largest dry run, is refused, naming it; a file of 19 layers with one of 20
-    (not with the packaged one of 21, whose half-precision batches are in their call peak). Not below the calibration domain, nor for a batch or one-frame clip whose terms grow as fast as the dry run
-    per sample, nor where the line reserves less than the dry run at its smallest point; no copy branch has one."""
+    (not with the packaged one, whose half-precision batches are in their call peak from schema 21). Not below the
+    calibration domain, nor for a batch or one-frame clip whose terms grow as fast as the dry run per sample, nor
+    where the line reserves less than the dry run at its smallest point; no copy branch has one."""
     px = 512 * 512
     rows = [(d * MIB, d * MIB, y * MIB, False, px) for d, y in ((220, 236), (226, 243), (436, 393))]
     line = co.calibration_line(rows, 0.0)

@@ -2626,11 +2626,12 @@ def call_peak(s: dict | None, dtype: str, backend: str, tiled: bool, batch: int,
     batch 2 (232-237 MiB from 128x128 x 1 to 256x256 x 1 and 128x128 x 9, where batch 1 needed 236 at 320x192 x 9:
     the copy of its 216 MiB weight and a little), whose rows, in the dry run with the copy added, bent its own line
     to 1.90x in sample (LTX-Video 0.9.5's 1.99x); in the call peak 1.07x. Not in fp32, where a batch moves every
-    convolution to oneDNN (``sliced``: one sample per call, never). Why half precision without AMX too: LTX-2's bf16 decode at
-    768x512 x 9 needs 407 MiB, 4 beyond its dry run, where the dry run plus its 216 MiB weight copy read 623, and
-    at 320x192 x 9 236 MiB, 15 beyond its call peak (220); with the copy added, the demand / dry run of the conv3d
-    bf16 decoders spread 4.05x over ten architectures, in the call peak 1.06x. Not with AMX (``onednn-amx``), whose
-    convolutions' buffers were never measured call by call (:func:`vaemem.tracing.counter.onednn_hidden_bytes`):
+    convolution to oneDNN (``sliced``: one sample per call, never). Why half precision without AMX too: LTX-2's bf16
+    decode at 768x512 x 9 needs 407 MiB, 4 beyond its dry run, where the dry run plus its 216 MiB weight copy read
+    623, and at 320x192 x 9 236 MiB, 15 beyond its call peak (220); with the copy added, the demand / dry run of the
+    conv3d bf16 decoders spread 4.05x over ten architectures, in the call peak 1.06x. Not with AMX
+    (``onednn-amx``), whose convolutions' buffers were never measured call by call
+    (:func:`vaemem.tracing.counter.onednn_hidden_bytes`):
     there the copy stays added to the dry run, a bound above the call peak. LTX-Video's bf16 decode on the AMX
     Xeon needs 13.7-22.2 MiB beyond the call peak at its 21 points, but Wan 2.2's 21-68, growing with size (the
     AMX rule's buffers under-count there): in the call peak, left out, Wan 2.2's decode was under at 10 of 12 points

@@ -420,7 +420,8 @@ def calibration_line(rows: list[tuple], margin: float, floor: bool = False,
     if resident:
         line.update(resident_fields(domain, margin, weight_copy))
     if transfer:  # its one-frame term no further than its one-frame points (schema 23)
-        for branch, part in ((line, domain), *(((line["small"], below),) if split else ())):
+        branches = [(line, domain), (line["small"], below)] if split else [(line, domain)]
+        for branch, part in branches:
             if branch["single_frame_factor"] > 0:
                 branch["single_frame_dry_max"] = int(max(r[0] for r in part if r[3]))
     dry = [r[0] for r in rows]

@@ -16,8 +16,8 @@ Units: the programme is solved in megapixels and MiB (well-conditioned) and repo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 
 from vaemem.errors import VaememError
 

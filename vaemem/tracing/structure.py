@@ -664,19 +664,19 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
-        # architecture the same at every size (to 1e-4; in fp32 of one sample: a batch runs channels-last, which
-        # holds no reorder, and SD1.5's decode in two is 1.0x its plain dry run; on the math path 1.12-1.20 where the score
+        # architecture the same at every size (to 1e-4; in fp32 of one sample: a batch runs channels-last, which holds
+        # no reorder, and SD1.5's decode in two is 1.0x its plain dry run; on the math path 1.12-1.20 where the score
         # matrix leads, the fused path's factor below, so the largest is the fused one); for a video one nearly the
         # same at every size (within 0.01-0.03) but not at every clip length: a one-frame clip differs most
         # (HunyuanVideo 1.5's bf16 encode without AMX 1.44, its clips of 5-33 frames 1.0; Wan 2.1's 1.31 and
-        # 1.05-1.08) and the longer clips settle by 9 frames. Per knot (schema 17), the largest ratio of its sizes
-        # in the calibration domain and of every later knot's (_per_knot). Why per knot: one factor for every clip, the grid's largest, put
-        # the 9-frame clips' dry runs up to 1.44x too high, and left out by architecture the bf16 video rows without
-        # AMX 1.21-1.56x over at the median (HunyuanVideo's encode 1.21, HunyuanVideo 1.5's 1.56; 1.07 and 1.12 per
-        # knot). Why the later knots' too: where a one-frame clip holds less than the clips (HunyuanVideo's bf16
-        # decode with AMX 1.35 against 1.41-1.44), its demand followed the clips' factor: with its own, left out
-        # HunyuanVideo's one frame at 320x192 came out under (0.99), and held out LTX-2.3's fp32 one-frame encode
-        # at 1024x576 (0.94)
+        # 1.05-1.08) and the longer clips settle by 9 frames. Per knot (schema 17), the largest ratio of its sizes in
+        # the calibration domain and of every later knot's (_per_knot). Why per knot: one factor for every clip, the
+        # grid's largest, put the 9-frame clips' dry runs up to 1.44x too high, and left out by architecture the bf16
+        # video rows without AMX 1.21-1.56x over at the median (HunyuanVideo's encode 1.21, HunyuanVideo 1.5's 1.56;
+        # 1.07 and 1.12 per knot). Why the later knots' too: where a one-frame clip holds less than the clips
+        # (HunyuanVideo's bf16 decode with AMX 1.35 against 1.41-1.44), its demand followed the clips' factor: with
+        # its own, left out HunyuanVideo's one frame at 320x192 came out under (0.99), and held out LTX-2.3's fp32
+        # one-frame encode at 1024x576 (0.94)
         out["onednn_hidden_factor"] = _per_knot(hidden, wanted, out["knots"])
     if not tiled and dtype != "fp32" and all(no_amx[k] is not None for k in wanted):
         # the same on a CPU without AMX tiles, whose half-precision convolutions hold a copy of their input (two for
