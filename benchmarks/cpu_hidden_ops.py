@@ -4,6 +4,7 @@
     python benchmarks/cpu_hidden_ops.py hunyuanimage-2.1 encode bf16 512
     python benchmarks/cpu_hidden_ops.py --convs MODEL OP DTYPE WIDTH HEIGHT FRAMES   # call by call
     python benchmarks/cpu_hidden_ops.py --math sd15 encode fp32 1024     # SDPA on its math path (score matrices)
+    python benchmarks/cpu_hidden_ops.py --rules MODEL OP DTYPE WIDTH HEIGHT FRAMES   # the dry run's rules, call by call
 
 A dry run counts the tensors each op returns; an op's own buffers (a convolution's reorders, a reduction's
 upcast) are invisible to it. This runs the op once on real CPU tensors (a zoo model built from its config,
@@ -38,6 +39,21 @@ holds a boolean mask of its input beyond its output, one byte per score (``--mat
 beyond a 1024 MiB score matrix; in bf16 too, whose scores the CPU's math path computes in fp32), which no dispatch
 mode sees: the math-path encodes of SD1.5 and FLUX.1 at 1280 and 1536 px needed 1.12x their dry run until it was
 counted (``vaemem.tracing.counter.safe_softmax_hidden_bytes``).
+
+The dry run's rules against each call (``--rules``, 2026-12-07, the AVX512-BF16 EPYC): per convolution and mean
+call, the resident peak while it ran above the op's start, beside what the dry run's counter puts there, the live
+tensors before the call plus its output (an fp32 convolution's reorder with it where the counter keeps it,
+``conv_live_bytes``) plus what the op holds by ``onednn_hidden_bytes`` (the rule of a CPU without AMX) and, for a
+convolution, the larger of that and its call peak (the live bytes at its call and its weight's copy, two on a
+channels-last input), as the dry run takes them. At the calls that lead, the dry run is 0.5-1.8 MiB below the
+measured peak (2 minutes for these three): ``--rules hunyuanimage-2.1 encode bf16 512 512 1``, its largest
+channel-group mean 352.8 MiB for 352.0; ``--rules ltx-2.3 encode bf16 512 320 9``, a mean 158.5 for 157.5 and a
+convolution 151.8 for 150.0; ``--rules mochi encode bf16 256 160 7``, its 64->64 convolution on a channels-last
+input 187.2 for 186.3. Two rules over-stated there and were corrected (schema 24): a half-precision mean's fp32
+copies are held in place of its output, not beside it (with it the dry run put 384.0 and 168.8), and oneDNN keeps
+no output reorder at a call on a channels-last input (with it, 221.3). Below the peak, LTX-2.3's bf16 convolutions
+on inputs not channels-last hold their input's copy and their weight's at once (a 512->512 one 104.7 for 98.5,
+its weight 13.5 MiB), where the dry run takes the larger of the two: never at a leading call here.
 """
 
 from __future__ import annotations
@@ -121,8 +137,91 @@ def convs(model: str, op: str, dtype: str, width: int, height: int, frames: int)
     return calls
 
 
+def rules(model: str, op: str, dtype: str, width: int, height: int, frames: int) -> list[tuple]:
+    """Per convolution and half-precision mean call: (op, input shape, weight shape or reduced dims, the resident
+    peak while it ran above the op's start, what the dry run's counter puts there: the live tensors before it, its
+    output and the no-AMX rule's buffers (``vaemem.tracing.counter.onednn_hidden_bytes``), for a convolution the
+    larger of that and its call peak, the live bytes at its call by ``conv_live_bytes`` and its weight's copy), in
+    bytes."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from vaemem.estimate import ONEDNN_MIN_ELEMENTS
+    from vaemem.models.build import DTYPES, build_model, input_shape, run_op
+    from vaemem.models.zoo import get_spec
+    from vaemem.tracing.counter import (_CONVOLUTION, _MEAN, LiveBytes, _is_channels_last, conv_call,
+                                        conv_live_bytes, onednn_hidden_bytes)
+
+    calls: list[tuple] = []
+    spec = get_spec(model)
+    m = build_model(spec, op, "cpu", dtype, seed=0)
+    x = torch.randn(input_shape(spec, op, width, height, 1, frames)).to(DTYPES[dtype])
+    counter = LiveBytes()
+    counter.exclude([*m.parameters(), *m.buffers(), x])
+    start = 0.0
+
+    class Rise(TorchDispatchMode):  # entered inside the counter: the counter has tracked ``out`` when it returns
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+            live = counter.current
+            _reset_peak()
+            out = func(*args, **(kwargs or {}))
+            peak = _status("VmHWM") * MIB - start
+            if func is _MEAN and args[0].dtype != torch.float32:
+                calls.append(("mean", tuple(args[0].shape), tuple(args[1]), peak,
+                              counter.current + onednn_hidden_bytes(func, args, out, amx=False)))
+            elif func is _CONVOLUTION:
+                # the larger of the dry run's two views of the call: its oneDNN peak (the output and the op's
+                # buffers) and its call peak (the live bytes at the call, conv_live_bytes, and the weight's copy
+                # where oneDNN runs it in fp32 or at any size in half precision, two on a channels-last input)
+                n, always, _, last = conv_call(args, out)
+                rule = always or n > ONEDNN_MIN_ELEMENTS
+                copy = args[1].numel() * args[1].element_size() * (1 + last) \
+                    if rule or out.dtype != torch.float32 else 0
+                call = live + conv_live_bytes(out, not (_is_channels_last(args[0]) and rule)) + copy
+                calls.append(("convolution", tuple(args[0].shape), tuple(args[1].shape), peak,
+                              max(counter.current + onednn_hidden_bytes(func, args, out, amx=False), call)))
+            return out
+
+    with torch.no_grad():
+        run_op(m, op, x)  # warm: oneDNN builds its primitives on the first call
+        start = _status("VmRSS") * MIB
+        with counter, Rise():
+            run_op(m, op, x)
+    return calls
+
+
 def main(argv: list[str]) -> None:
     _reset_peak()
+    if argv[:1] == ["--rules"]:
+        from vaemem.errors import VaememError
+
+        from vaemem.models.build import DTYPES
+
+        try:
+            if len(argv) != 7:
+                raise ValueError(f"six words, got {len(argv) - 1}")
+            model, op, dtype, w, h, f = argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6])
+            if op not in ("decode", "encode"):
+                raise ValueError(f"unknown op {op!r}; choose decode or encode")
+            if dtype not in DTYPES:
+                raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+            calls = rules(model, op, dtype, w, h, f)
+        except (ValueError, RuntimeError, VaememError) as e:
+            sys.exit(f"error: --rules MODEL OP DTYPE WIDTH HEIGHT FRAMES: {e}")
+        print(f"{model} {op} {dtype} {w}x{h} x {f}, glibc-fixed; per call, MiB above the op's start: the resident "
+              f"peak while it ran, the dry run's there; the calls the dry run puts highest, then those it "
+              f"under-states most (one row per input and weight)")
+        print(f"{'op':12s} {'input':28s} {'weight / dims':24s} {'measured':>9s} {'dry run':>9s} {'ratio':>7s}")
+        rows = {}
+        for name, shape, kind, peak, rule in calls:  # per input and weight, the call the dry run falls shortest at
+            if (name, shape, kind) not in rows or peak - rule > rows[name, shape, kind][0] - rows[name, shape, kind][1]:
+                rows[name, shape, kind] = (peak, rule)
+        top = sorted(rows.items(), key=lambda kv: -kv[1][1])[:8]
+        short = [kv for kv in sorted(rows.items(), key=lambda kv: kv[1][1] - kv[1][0]) if kv not in top][:4]
+        for (name, shape, kind), (peak, rule) in top + short:
+            print(f"{name:12s} {str(shape):28s} {str(kind):24s} {peak / MIB:9.1f} {rule / MIB:9.1f} "
+                  f"{rule / peak:7.3f}")
+        return
     if argv[:1] == ["--convs"]:
         if len(argv) != 7:
             sys.exit("error: --convs MODEL OP DTYPE WIDTH HEIGHT FRAMES")

@@ -354,8 +354,9 @@ def test_a_config_diffusers_cannot_build_is_one_line(tmp_path, config, message):
 def test_onednn_peak_adds_each_ops_buffer_only_while_it_runs(dtype, copies):
     """Known answer on real tensors: a convolution that widens its channels holds its output's reorder (once in fp32,
     on oneDNN: 4 x 64 x 96 input elements pass torch's threshold; twice in half precision with AMX) while it runs, a
-    half-precision mean an fp32 copy of its input and result; the plain peak counts neither, and a buffer is gone
-    when its op returns (the later, larger tensor alone sets neither peak)."""
+    half-precision mean an fp32 copy of its input and result in place of its output (its peak 4 bytes per element
+    of both above the live tensors before it); the plain peak counts neither, and a buffer is gone when its op
+    returns (the later, larger tensor alone sets neither peak)."""
     import torch
 
     from vaemem.tracing.counter import LiveBytes
@@ -369,7 +370,7 @@ def test_onednn_peak_adds_each_ops_buffer_only_while_it_runs(dtype, copies):
         conv = 8 * 64 * 96 * size
         assert (c.peak, c.onednn_peak) == (conv, conv + copies * conv)
         m = y.mean(dim=(2, 3), keepdim=True)  # 8 elements out
-        held = 4 * (y.numel() + m.numel()) if dtype == "bf16" else 0
+        held = 4 * (y.numel() + m.numel()) - m.untyped_storage().nbytes() if dtype == "bf16" else 0
         assert c.onednn_peak == max(conv + copies * conv, conv + m.untyped_storage().nbytes() + held)
         z = torch.zeros(2 * (conv + copies * conv + held) // size, dtype=dt)  # no op buffer: both peaks alike
         assert c.onednn_peak == c.peak == c.current
@@ -517,17 +518,27 @@ def test_untiled_entries_keep_their_onednn_peaks(tmp_path):
 
 
 def test_an_entry_of_older_rules_of_onednns_buffers_is_re_run_and_a_newer_one_refused(tmp_path):
-    """An entry records the rules its oneDNN peaks were counted by (``onednn_rule``): one without it (an older
-    vaemem's, which counted an fp32 convolution's output alone) or of an older rule is incomplete (a resumed
-    ``trace --zoo`` re-runs it, ``fit`` refuses the cache), one of a newer rule is refused on reading."""
+    """An entry records the rules its oneDNN peaks and its convolutions' live bytes were counted by
+    (``onednn_rule``), a sliced one of its live bytes alone: one without it (an older vaemem's, which counted an
+    fp32 convolution's output alone) or of an older rule (2: a channels-last call's output reorder) is incomplete
+    (a resumed ``trace --zoo`` re-runs it, ``fit`` refuses the cache), one of a newer rule is refused on reading;
+    a tiled entry records neither."""
     from vaemem.tracing.counter import ONEDNN_RULE
 
     path = tmp_path / "traces.json"
     spec = _spec("tiny-kl", "decode")
-    doc = tc.record(path, [trace(spec)])
+    sliced, tiled = _spec("tiny-kl", "decode", batch=2, slicing=True), _spec("tiny-kl", "decode", width=64, height=48, tile=32)
+    doc = tc.record(path, [trace(spec), trace(sliced), trace(tiled)])
+    assert "onednn_peak_bytes" not in doc["entries"][sliced.key] and "conv_inputs" in doc["entries"][sliced.key]
+    assert doc["entries"][sliced.key]["onednn_rule"] == ONEDNN_RULE
+    assert "onednn_rule" not in doc["entries"][tiled.key]
+    doc["entries"][sliced.key].pop("onednn_rule")
+    assert tc.incomplete(doc) == [sliced.key]
+    doc["entries"] = {spec.key: doc["entries"][spec.key]}
+    doc["entries_sha256"] = tc._entries_digest(doc["entries"])
     entry = doc["entries"][spec.key]
-    assert entry["onednn_rule"] == ONEDNN_RULE == 2 and tc.incomplete(doc) == []
-    for rule in (None, 1):
+    assert entry["onednn_rule"] == ONEDNN_RULE == 3 and tc.incomplete(doc) == []
+    for rule in (None, 1, 2):
         if rule is None:
             entry.pop("onednn_rule")
         else:

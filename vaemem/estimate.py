@@ -183,9 +183,19 @@ from collections.abc import Callable, Iterator
 # decode line, its one-frame term fitted on one-frame dry runs of 17-96 MiB, priced HunyuanVideo 1.5's one-frame
 # decode, an 870-900 MiB call peak, at 1.31x left out): a reader of 22 would ignore it (over); a file of 22 is one
 # of 23 without it, so it stays readable and layers with it.
-SCHEMA_VERSION = 23
+# 24: the structures' live bytes at a convolution's call (``conv_transients``, :func:`conv_call_peak_bytes`) hold its
+# output alone where oneDNN runs it on a channels-last input, where 23 held the output's reorder too
+# (vaemem.tracing.counter.conv_live_bytes: oneDNN reorders no channels-last input; Mochi's encodes needed 0.89-0.95x
+# their call peak), and their half-precision oneDNN factors count a mean's fp32 copies in place of its output, where
+# 23 counted the output beside them (vaemem.tracing.counter.onednn_hidden_bytes; HunyuanImage-2.1's bf16 encode
+# needed 0.95x its dry run): the same fields and pricing, other numbers (Mochi's, HunyuanVideo 1.5's, HunyuanImage
+# 2.1's, SANA DC-AE's and the LTX-2 family's structures). A file of 23 stays readable and is priced by its own
+# structures, but its oneDNN lines do not layer with those of 24.
+SCHEMA_VERSION = 24
 INPUT_REORDER_SCHEMA = 22  # the first whose oneDNN factors count an fp32 convolution's input reorder
 ONE_FRAME_MAX_SCHEMA = 23  # the first whose lines may carry single_frame_dry_max
+CHANNELS_LAST_CALL_SCHEMA = 24  # the first whose call peaks hold a channels-last convolution's output alone (and
+# whose half-precision factors a mean's fp32 copies in place of its output)
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
@@ -201,7 +211,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
 # The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -415,8 +425,10 @@ def _layer(docs: list) -> dict:
     # run with each clip length's factor; 18 adds a transfer's first-call cost, absent meaning 0: it layers with 17;
     # 19's untiled half-precision lines without AMX are in the call peak, 20 adds a line's smallest dry run, absent
     # meaning none: it layers with 19; 21's half-precision batches are in their call peak too; 22's factors count
-    # an fp32 convolution's input reorder)
-    rule = lambda v: INPUT_REORDER_SCHEMA if v >= INPUT_REORDER_SCHEMA else BATCH_CALL_PEAK_SCHEMA \
+    # an fp32 convolution's input reorder; 23 adds a one-frame bound, absent meaning none: it layers with 22; 24's
+    # call peaks hold a channels-last convolution's output alone)
+    rule = lambda v: CHANNELS_LAST_CALL_SCHEMA if v >= CHANNELS_LAST_CALL_SCHEMA else INPUT_REORDER_SCHEMA \
+        if v >= INPUT_REORDER_SCHEMA else BATCH_CALL_PEAK_SCHEMA \
         if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
         if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
         if v >= PER_KNOT_SCHEMA else ATTENTION_APART_SCHEMA if v >= ATTENTION_APART_SCHEMA \
@@ -2562,8 +2574,11 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: s
     precision (from schema 19) every convolution runs on oneDNN and copies its weight (two copies where its input
     is channels-last, as in fp32), and the bytes live at its call are the fp32 dry run's at the element size's
     ratio: every tensor of the op is in the request's dtype, and the call's own output and its reorder are the
-    fp32 rule's two outputs (:func:`vaemem.tracing.counter.conv_live_bytes`), which the half-precision dry run
-    counts alike (tests check it against half-precision dry runs of tiny and real architectures).
+    fp32 rule's two outputs (:func:`vaemem.tracing.counter.conv_live_bytes`; from schema 24 one on a channels-last
+    input, which oneDNN reorders in neither precision), which the half-precision dry run counts alike (tests check
+    it against half-precision dry runs of tiny and real architectures). Why not two there: Mochi's encodes needed
+    0.89-0.95x their call peak with the output's reorder, their convolutions' inputs channels-last; left out by
+    architecture, the class priced them at a median of 1.26 (bf16) and 1.28 (fp32), 1.07 and 1.14 without it.
     Why: a transient adds to what is live at its own call, not to the peak. LTX-2's decoder copies its 432 MiB
     weight where 2-40 MiB are live, and its demand is 1.04-1.06x the larger of this and the dry run with oneDNN's
     buffers at every size from 128x128 x 9 frames to 1024x576 x 9, where the peak plus the copy read 1.46x at

@@ -16,8 +16,9 @@ Deterministic bytes (sorted keys, no timings), written atomically.
                                                                  live bytes at the fewest], ...]
                                                 (fp32, untiled, fused entries),
                                                 "onednn_peak_bytes": N (untiled unsliced entries),
-                                                "onednn_rule": N (theirs: the rules of oneDNN's buffers the
-                                                oneDNN peaks were counted by; absent, 1: re-run),
+                                                "onednn_rule": N (theirs and the conv_inputs': the rules of
+                                                oneDNN's buffers the oneDNN peaks and live bytes were counted
+                                                by; absent, 1: re-run),
                                                 "onednn_peak_bytes_no_amx": N (those in half precision),
                                                 "softmax_mask_bytes": N (math-path entries: the mask their
                                                 softmax held, counted in the peaks; an entry without it is an
@@ -66,11 +67,20 @@ def keeps_no_amx_peak(spec: TraceSpec) -> bool:
     return keeps_onednn_peak(spec) and spec.dtype != "fp32"
 
 
+def keeps_onednn_rule(spec: TraceSpec) -> bool:
+    """Whether an entry of ``spec`` records the rules of oneDNN's buffers it was counted by (``onednn_rule``): those
+    of :func:`keeps_onednn_peak` and of :func:`keeps_conv_inputs`, whose live bytes at a call follow them too."""
+    return keeps_onednn_peak(spec) or keeps_conv_inputs(spec)
+
+
 def complete(entry: dict[str, Any]) -> bool:
-    """Whether a cached entry holds every field this vaemem records for it, its oneDNN peaks by this vaemem's rules
-    (``onednn_rule``, :data:`vaemem.tracing.counter.ONEDNN_RULE`; a resumed ``trace --zoo`` re-runs the others)."""
+    """Whether a cached entry holds every field this vaemem records for it, its oneDNN peaks and its convolutions'
+    live bytes by this vaemem's rules (``onednn_rule``, :data:`vaemem.tracing.counter.ONEDNN_RULE`; a resumed
+    ``trace --zoo`` re-runs the others)."""
     spec = TraceSpec.from_dict(entry["spec"])
-    if keeps_onednn_peak(spec) and ("onednn_peak_bytes" not in entry or entry.get("onednn_rule") != ONEDNN_RULE):
+    if keeps_onednn_rule(spec) and entry.get("onednn_rule") != ONEDNN_RULE:
+        return False
+    if keeps_onednn_peak(spec) and "onednn_peak_bytes" not in entry:
         return False
     if keeps_no_amx_peak(spec) and "onednn_peak_bytes_no_amx" not in entry:
         return False
@@ -157,7 +167,7 @@ def read_cache(path: str | Path) -> dict[str, Any]:
         if not isinstance(rule, int) or isinstance(rule, bool) or rule < 1:
             raise VaememError(f"{path}: entry {key}: onednn_rule must be a positive integer")
         if rule > ONEDNN_RULE:
-            raise VaememError(f"{path}: entry {key}: its oneDNN peaks are of rule {rule}, newer than this vaemem's "
+            raise VaememError(f"{path}: entry {key}: its oneDNN buffers are of rule {rule}, newer than this vaemem's "
                               f"({ONEDNN_RULE}); upgrade vaemem")
         for field in ("onednn_peak_bytes", "onednn_peak_bytes_no_amx"):
             hidden = e.get(field, e["peak_bytes"])
@@ -208,6 +218,7 @@ def record(path: str | Path, results: Iterable[TraceResult], doc: dict[str, Any]
             doc["entries"][r.spec.key]["conv_inputs"] = [list(c) for c in r.conv_inputs]
         if keeps_onednn_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes"] = r.onednn_peak_bytes
+        if keeps_onednn_rule(r.spec):
             doc["entries"][r.spec.key]["onednn_rule"] = ONEDNN_RULE
         if keeps_no_amx_peak(r.spec):
             doc["entries"][r.spec.key]["onednn_peak_bytes_no_amx"] = r.onednn_peak_bytes_no_amx

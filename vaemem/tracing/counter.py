@@ -162,16 +162,20 @@ def conv_call(args: Any, out: Any) -> tuple[int, int, int, int]:
     return n, always, columns, last
 
 
-def conv_live_bytes(out: torch.Tensor) -> int:
-    """Bytes a convolution call adds to the live tensors before any transient of its own: its output and, on oneDNN
-    in fp32, the output's reorder (taken on torch's own path too, where the call holds an im2col buffer instead: a
-    bound above by one output, which the small inputs that take that path carry easily). Not the input's reorder
-    that :func:`onednn_hidden_bytes` counts where the input is the larger: at a call that copies its weight the
-    copy is what it holds (LTX-Video's 512->512 3x3x3 convolution at 320x192 x 9: 29.3 MiB beyond its 1.4 MiB
-    output, the copy 28.3, its input 2.3). With the live bytes before it, what a weight copy or buffer adds to
+def conv_live_bytes(out: torch.Tensor, reorder: bool) -> int:
+    """Bytes a convolution call adds to the live tensors before any transient of its own: its output and, where
+    ``reorder``, the output's reorder: on oneDNN, and on torch's own path in fp32 too, where the call holds an im2col
+    buffer (and, on a channels-last input, a contiguous copy of it) instead: a bound above by one output, which the
+    small inputs that take that path carry easily. Not the input's reorder that :func:`onednn_hidden_bytes` counts
+    where the input is the larger: at a call that copies its weight the copy is what it holds (LTX-Video's 512->512
+    3x3x3 convolution at 320x192 x 9: 29.3 MiB beyond its 1.4 MiB output, the copy 28.3, its input 2.3). No reorder
+    (the caller's ``reorder=False``) where oneDNN runs a call on a channels-last input, as
+    :func:`onednn_hidden_bytes` holds none there: oneDNN takes it as it is (Mochi's bf16 64->64 3x3x3 convolution at
+    256x160 x 7, channels-last, holds 0.2 MiB beyond its 35 MiB output; with the reorder counted, Mochi's encodes
+    needed 0.89-0.95x their call peak). With the live bytes before it, what a weight copy or buffer adds to
     (``vaemem.estimate.conv_call_peak_bytes``): LTX-2's decoder copies its 432 MiB weight where 2-40 MiB are live,
     not at its 1129 MiB peak."""
-    return 2 * out.numel() * out.element_size()
+    return (2 if reorder else 1) * out.numel() * out.element_size()
 
 
 def safe_softmax_hidden_bytes(args: Any) -> int:
@@ -183,10 +187,13 @@ def safe_softmax_hidden_bytes(args: Any) -> int:
     return args[0].numel()
 
 
-# The version of :func:`onednn_hidden_bytes`' rules, which a dry-run cache entry records beside its oneDNN peaks
-# (``vaemem.tracing.cache``): an entry of another is re-run. 2: an fp32 convolution's input reorder, none on a
-# channels-last input or torch's own path (1, unstamped: its output's reorder wherever it ran).
-ONEDNN_RULE = 2
+# The version of the rules of oneDNN's buffers (:func:`onednn_hidden_bytes`, :func:`conv_live_bytes`), which a
+# dry-run cache entry records beside its oneDNN peaks and its convolutions' live bytes (``vaemem.tracing.cache``):
+# an entry of another is re-run. 3: a channels-last call's live bytes hold its output alone (where oneDNN runs
+# it), a half-precision mean's fp32 copies are in place of its output; 2: an fp32
+# convolution's input reorder, none on a channels-last input or torch's own path (1, unstamped: its output's
+# reorder wherever it ran).
+ONEDNN_RULE = 3
 
 
 def onednn_hidden_bytes(func: Any, args: Any, out: Any, amx: bool = True) -> int:
@@ -214,8 +221,14 @@ def onednn_hidden_bytes(func: Any, args: Any, out: Any, amx: bool = True) -> int
       32 MiB output, its weight's two copies; Mochi's bf16 64->64 3x3x3 one at 256x160 x 7, 0.2 beyond 35 MiB), and
       SD1.5's decoder in fp32 on a batch, whose convolutions' inputs are channels-last (at 256 px in two: 0-2 MiB
       beyond 64). Counted, DC-AE's fp32 decode's dry run rose 1.22x over a demand 1.05x the plain one.
-    - A half-precision ``aten.mean.dim``: an fp32 copy of its input and result (HunyuanImage-2.1's encoder at 512
-      px: 160 MiB beyond a 32 MiB output)."""
+    - A half-precision ``aten.mean.dim``: an fp32 copy of its input and its fp32 result, which its peak holds in
+      place of its half-precision output, not beside it: 4 bytes per element of both, less the output's bytes
+      (HunyuanImage-2.1's encoder at 512 px: its channel-group means rise 192.0, 96.0, 40.0 and 12.0 MiB above the
+      live tensors before them, 4 bytes per element of their input and result, 160 beyond the largest's 32 MiB
+      output; LTX-2.3's encoder at 512x320 x 9, 67.4 for 67.5; with the output added, the dry run over-stated
+      HunyuanImage-2.1's bf16 encode, which needed 0.95x it, where the other image encoders need 1.03-1.04x). A
+      mean given another result ``dtype`` (no diffusers autoencoder asks for one) is not measured: float64 holds
+      more."""
     if func is _CONVOLUTION:
         x = args[0]
         if out.dtype == torch.float32:
@@ -229,7 +242,7 @@ def onednn_hidden_bytes(func: Any, args: Any, out: Any, amx: bool = True) -> int
             return 0
         return (2 if args[1][0, 0].numel() == 1 else 1) * x.numel() * x.element_size()
     if func is _MEAN and args[0].dtype in _HALF:
-        return 4 * (args[0].numel() + out.numel())
+        return 4 * (args[0].numel() + out.numel()) - out.numel() * out.element_size()
     return 0
 
 
@@ -359,7 +372,11 @@ class LiveBytes(TorchDispatchMode):
                 seen[4], seen[5], seen[7] = n, columns, 0
             elif n == seen[4]:
                 seen[5] = max(seen[5], columns)
-        self.conv_live(ident, n, self.current + conv_live_bytes(out))
+        # no output reorder where oneDNN takes a channels-last input as it is; where torch's fp32 rule keeps the call
+        # on its own path the bound of one output stays, in every dtype: the half-precision call peak is the fp32
+        # record at the element size's ratio (vaemem.estimate.conv_call_peak_bytes), over by a small call's output
+        on_onednn = always or n > ONEDNN_MIN_ELEMENTS
+        self.conv_live(ident, n, self.current + conv_live_bytes(out, not (_is_channels_last(x) and on_onednn)))
 
     def conv_live(self, ident: tuple[int, int, int, int], n: int, live: int) -> None:
         """Record ``live`` bytes at a call of the convolution ``ident`` whose rule read ``n`` elements (a replay
