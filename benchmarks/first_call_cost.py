@@ -22,6 +22,14 @@ anonymous memory resident. That one-time cost is the intercept of every CPU cali
 architecture's own: Wan 2.1 and 2.2 (29 distinct convolution calls, more kernels) pay 18-22 MiB in an encode
 where the image encoders pay 10, which is why Wan 2.1's smallest clips, priced from the other video
 architectures' lines, come out 0.97-0.98 on the AMX Xeon (``fits/REPORT.md``, leave one architecture out).
+
+Found on 2026-12-07 (the same EPYC; 1.2 min): the one-time cost is not one number per architecture either. LTX-2.3's
+fp32 one-frame decode (``ltx-2.3 decode fp32 160 96 1 ltx-2.3 decode fp32 128 128 1 ltx-2.3 decode fp32 320 192 1
+ltx-2.3 decode fp32 512 320 1``), whose warm call is its call peak within 1 MiB at each size, costs 10.1, 14.9,
+24.7 and 14.3 MiB more on its first call (6.8-13.5 MiB of code pages; 12.0 MiB anonymous at 320x192, 3.6-3.9 at
+the others), by which kernels the size sends its convolutions to (torch's im2col path or oneDNN): a line that
+covers every size carries the largest, and over-reserves the smallest one-frame clips 1.3-1.6x held out by size
+(the LTX family's fp32 groups that miss the goal, ``fits/REPORT.md``).
 """
 
 from __future__ import annotations
