@@ -75,8 +75,11 @@ def as_schema(doc: dict, version: int) -> dict:
     call's cost; before 20 no line its smallest dry-run peak (before 21 a half-precision batch is priced by its dry
     run and the copy, before 22 the factors counted an fp32 convolution's output alone: rules, nothing to
     remove); before 23 no line its one-frame points' largest dry run (before 24 a channels-last call's live bytes
-    held its output's reorder: a rule, nothing to remove)."""
+    held its output's reorder: a rule, nothing to remove); before 25 no structure a oneDNN factor of a batch."""
     doc["schema_version"] = version
+    if version < 25:  # no structure carries a oneDNN factor of a batch
+        _drop(doc.get("structures", {}), "onednn_hidden_factor_batch")
+        _drop(doc.get("structures", {}), "onednn_hidden_factor_no_amx_batch")
     if version < 23:  # no line carries its one-frame points' largest dry run
         _drop(doc.get("calibrations", []), "single_frame_dry_max")
     if version < 8:

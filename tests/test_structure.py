@@ -333,12 +333,79 @@ def test_the_factor_without_amx_holds_at_sizes_the_grid_never_traced(committed_s
 def test_an_fp32_batch_runs_channels_last_and_holds_no_reorder(committed_structures):
     """SD1.5's fp32 decode in two: its convolutions' inputs are channels-last on the CPU (``benchmarks/
     cpu_hidden_ops.py``: 0-2 MiB beyond a 64 MiB output at 256 px), so the dry run with oneDNN's buffers is the
-    plain one, where one sample's is 1.25x; the structure's factor, one sample's, over-states a batch."""
+    plain one, where one sample's is 1.25x: the structure carries both factors (schema 25), and a batch is priced
+    with its own, one sample of it (the lines' per-sample term) with one sample's."""
     s = committed_structures["sd15/decode/fp32/untiled"]
     two, one = (trace(TraceSpec("sd15", "decode", "fp32", 256, 192, batch=b)) for b in (2, 1))
     assert two.onednn_peak_bytes == two.peak_bytes
     assert one.onednn_peak_bytes / one.peak_bytes == pytest.approx(s["onednn_hidden_factor"], abs=1e-4)
-    assert s["onednn_hidden_factor"] > 1.2
+    assert s["onednn_hidden_factor"] > 1.2 and s["onednn_hidden_factor_batch"] == 1.0
+    assert est.onednn_hidden_factor("onednn", s, frames=1, batch=3) == 1.0
+    assert est.onednn_hidden_factor("onednn", s, frames=1) == s["onednn_hidden_factor"]
+    cs = est.compile_structure(s)
+    live, live1, dry, one_dry = est._dry_peak(cs, None, None, 512, 512, 2, 1, None, hidden=1.25, hidden_batch=1.0)
+    assert (dry, one_dry) == (live, 1.25 * live1) and live == 2 * live1
+    # sliced: one sample in flight, its factor, the kept outputs with it
+    assert est._dry_peak(cs, None, cs, 512, 512, 2, 1, None, hidden=1.25, hidden_batch=1.0)[2] == \
+        est._dry_peak(cs, None, cs, 512, 512, 2, 1, None, hidden=1.25)[2] > 1.25 * live1
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    two = est.explain("sd15", "decode", 512, 512, batch=2, **kw)
+    assert "x 1, a batch's factor for the buffers oneDNN's ops hold while they run (one sample's x 1.25)" in two.reason
+
+
+def test_an_image_structures_batch_factor_is_its_batch_dry_runs_largest_ratio():
+    """Known answer (schema 25): tiny-kl's decode structure takes ``onednn_hidden_factor_batch`` from its dry runs of
+    two samples at its grid's sizes in the calibration domain (:func:`batch_grid`), the largest ratio of the peak with
+    oneDNN's buffers to the plain one, rounded up to 1e-4; without those dry runs (an older cache) it has none and
+    a batch is priced with one sample's factor; a video architecture has no batch grid."""
+    from vaemem.tracing.structure import batch_grid
+
+    def entries(specs):
+        return [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes, "output_bytes": r.output_bytes,
+                 "onednn_peak_bytes": r.onednn_peak_bytes, "onednn_peak_bytes_no_amx": r.onednn_peak_bytes_no_amx}
+                for r in map(trace, specs)]
+
+    for dtype in ("fp32", "bf16"):
+        plain, batch = entries(grid("tiny-kl", "decode", dtype, False)), entries(batch_grid("tiny-kl", "decode", dtype))
+        assert batch and all(e["spec"]["batch"] == 2 and e["spec"]["width"] * e["spec"]["height"] >=
+                             est.DOMAIN_MIN_FRAME_PIXELS for e in batch)
+        s = derive(plain + batch, "tiny-kl", "decode", dtype, False)
+        want = max(e["onednn_peak_bytes"] / e["peak_bytes"] for e in batch)
+        assert s["onednn_hidden_factor_batch"] == math.ceil(want * 1e4 - 1e-6) / 1e4
+        assert ("onednn_hidden_factor_no_amx_batch" in s) == (dtype == "bf16")
+        alone = derive(plain, "tiny-kl", "decode", dtype, False)
+        assert not any(k.endswith("_batch") for k in alone) and "onednn_hidden_factor" in alone
+        assert est.onednn_hidden_factor("onednn", alone, frames=1, batch=2) == \
+            est.onednn_hidden_factor("onednn", alone, frames=1)
+    assert batch_grid("tiny-wan", "decode", "fp32") == []
+
+
+def test_a_batch_factor_is_refused_where_it_cannot_be_read_and_layers_only_as_fitted():
+    """A structure's factor of a batch: refused in a file below schema 25, without one sample's beside it, or out
+    of range. Two files of 25 whose structure of one key has it in one and not the other: where the winning
+    structure has it and the other layer's lines were fitted without it (in one sample's factor: priced with the
+    batch's, under), refused, naming the layer to refit; the other way round its lines are priced over, as alone."""
+    doc = json.loads(PACKAGED.read_text())
+    key = "sd15/decode/fp32/untiled"
+    for mutate, message in (
+            (lambda d: d.update(schema_version=24), r"onednn_hidden_factor_batch must be absent in a file of schema "
+                                                    r"below 25"),
+            (lambda d: d["structures"][key].pop("onednn_hidden_factor"), r"a number from 1 to 3 beside "
+                                                                          r"onednn_hidden_factor"),
+            (lambda d: d["structures"][key].update(onednn_hidden_factor_batch=0.5), r"a number from 1 to 3")):
+        bad = json.loads(json.dumps(doc))
+        mutate(bad)
+        with pytest.raises(ValueError, match=message):
+            est.validate(bad, "c.json")
+    without = json.loads(json.dumps(doc))
+    without["structures"][key].pop("onednn_hidden_factor_batch")
+    kw = dict(dtype="fp32", batch=2, backend="onednn", allocator="glibc-fixed", os="linux")
+    over = est.explain("sd15", "decode", 512, 512, coefficients=without, **kw).bytes
+    assert over > est.explain("sd15", "decode", 512, 512, **kw).bytes  # priced with one sample's factor: over
+    assert est.explain("sd15", "decode", 512, 512, coefficients=[without, None], **kw).bytes == over
+    with pytest.raises(ValueError, match=rf"layer 2's oneDNN lines were fitted without a oneDNN factor of a batch, "
+                                         rf"which layer 1's structure {key} would price them with; refit layer 2"):
+        est.explain("sd15", "decode", 512, 512, coefficients=[None, without], **kw)
 
 
 def test_every_untiled_structure_carries_a_onednn_hidden_factor_and_no_tiled_one(committed_structures):
@@ -1600,15 +1667,16 @@ def test_a_one_frame_term_stops_growing_beyond_its_points():
                                                     coefficients=[older, alone], **kw).bytes
 
 
-@pytest.mark.parametrize("version", [21, 23])
-def test_a_file_of_an_older_structures_rule_prices_alone_and_does_not_layer_with_24(version):
+@pytest.mark.parametrize("version", [21, 23, 24])
+def test_a_file_of_an_older_structures_rule_prices_alone_and_does_not_layer_with_25(version):
     """Schema 22's structures count an fp32 convolution's input reorder, 24's hold a channels-last convolution's
-    output alone at its call (the same fields, other numbers): a file of 21 or 23 is read and priced by its own
-    structures, and layered with one of 24 either way round it is refused, naming the layer to refit (a structure of
-    one priced with the lines of the other: 0.8-1.25x; Mochi's encode 0.89-0.95x)."""
+    output alone at its call (the same fields, other numbers), 25's price an image batch with a factor of its own: a
+    file of 21, 23 or 24 is read and priced by its own structures, and layered with one of 25 either way round it
+    is refused, naming the layer to refit (a structure of one priced with the lines of the other: 0.8-1.25x;
+    Mochi's encode 0.89-0.95x)."""
     doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
-    assert doc["schema_version"] == est.SCHEMA_VERSION == est.CHANNELS_LAST_CALL_SCHEMA == 24
-    assert est.INPUT_REORDER_SCHEMA == 22
+    assert doc["schema_version"] == est.SCHEMA_VERSION == est.BATCH_FACTOR_SCHEMA == 25
+    assert (est.INPUT_REORDER_SCHEMA, est.CHANNELS_LAST_CALL_SCHEMA) == (22, 24)
     kw = dict(dtype="fp32", frames=7, backend="onednn", allocator="glibc-fixed", os="linux")
     old = as_schema(json.loads(json.dumps(doc)), version)
     # its structure as an older rule's would hold it: twice the live bytes at Mochi's encoder's convolutions' calls

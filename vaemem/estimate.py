@@ -191,11 +191,20 @@ from collections.abc import Callable, Iterator
 # needed 0.95x its dry run): the same fields and pricing, other numbers (Mochi's, HunyuanVideo 1.5's, HunyuanImage
 # 2.1's, SANA DC-AE's and the LTX-2 family's structures). A file of 23 stays readable and is priced by its own
 # structures, but its oneDNN lines do not layer with those of 24.
-SCHEMA_VERSION = 24
+# 25: an untiled image structure may carry ``onednn_hidden_factor_batch`` (and, in half precision,
+# ``onednn_hidden_factor_no_amx_batch``), its oneDNN factor of a batch from dry runs of two samples, which prices an
+# unsliced batch (:func:`onednn_hidden_factor`), where 24 took one sample's: a 2-D batch runs channels-last and
+# oneDNN holds no copy of such an input (SD1.5's and FLUX.1's bf16 decodes at 512 px in two and three needed their
+# plain dry run plus 26 MiB, priced 1.39x by one sample's factor, campaign 39). A reader of 24 would price a batch
+# with one sample's factor (over); a file of 24 stays readable, but its oneDNN lines (their batch rows fitted in
+# one sample's factor) do not layer with those of 25, nor, of two files of 25, lines fitted without the batch factor
+# with a winning structure that has it (under).
+SCHEMA_VERSION = 25
 INPUT_REORDER_SCHEMA = 22  # the first whose oneDNN factors count an fp32 convolution's input reorder
 ONE_FRAME_MAX_SCHEMA = 23  # the first whose lines may carry single_frame_dry_max
 CHANNELS_LAST_CALL_SCHEMA = 24  # the first whose call peaks hold a channels-last convolution's output alone (and
 # whose half-precision factors a mean's fp32 copies in place of its output)
+BATCH_FACTOR_SCHEMA = 25  # the first whose image structures may carry a oneDNN factor of a batch
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
@@ -211,7 +220,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25)
 # The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -236,6 +245,7 @@ WEIGHT_COPY_BACKENDS = ("onednn", "onednn-amx")
 # A structure's factors to the dry run with oneDNN's buffers: the first on every oneDNN CPU, the second on one
 # without AMX tiles in half precision (:func:`onednn_hidden_factor`)
 HIDDEN_FACTORS = ("onednn_hidden_factor", "onednn_hidden_factor_no_amx")
+BATCH_SUFFIX = "_batch"  # a factor's name of an unsliced batch (schema 25): ``onednn_hidden_factor_batch``
 # On the same backends an op holds buffers beyond its output while it runs (a convolution a reorder of its input
 # or output, a half-precision mean an fp32 copy: vaemem.tracing.counter.onednn_hidden_bytes); an untiled dry run
 # with them is a multiple of the plain one (constant in size for an image architecture, for a video one nearly,
@@ -426,8 +436,9 @@ def _layer(docs: list) -> dict:
     # 19's untiled half-precision lines without AMX are in the call peak, 20 adds a line's smallest dry run, absent
     # meaning none: it layers with 19; 21's half-precision batches are in their call peak too; 22's factors count
     # an fp32 convolution's input reorder; 23 adds a one-frame bound, absent meaning none: it layers with 22; 24's
-    # call peaks hold a channels-last convolution's output alone)
-    rule = lambda v: CHANNELS_LAST_CALL_SCHEMA if v >= CHANNELS_LAST_CALL_SCHEMA else INPUT_REORDER_SCHEMA \
+    # call peaks hold a channels-last convolution's output alone; 25's batches are priced with a factor of their own)
+    rule = lambda v: BATCH_FACTOR_SCHEMA if v >= BATCH_FACTOR_SCHEMA else CHANNELS_LAST_CALL_SCHEMA \
+        if v >= CHANNELS_LAST_CALL_SCHEMA else INPUT_REORDER_SCHEMA \
         if v >= INPUT_REORDER_SCHEMA else BATCH_CALL_PEAK_SCHEMA \
         if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
         if v >= HALF_CALL_PEAK_SCHEMA else PER_KNOT_SCHEMA \
@@ -442,6 +453,7 @@ def _layer(docs: list) -> dict:
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
     out["schema_version"] = min(d["schema_version"] for d in docs)
+    reads_batch = out["schema_version"] >= BATCH_FACTOR_SCHEMA  # a batch's factors are read (_Plan.hidden_at)
     # per factor, the oneDNN layers whose schema prices their lines with it, and whether their structures carry it
     # (what their lines were fitted with): a winning structure must carry it exactly where they do. Without it
     # their lines would be priced at 1 (the AMX rule's, for the factor without AMX); with it where they were fitted
@@ -477,6 +489,16 @@ def _layer(docs: list) -> dict:
                 raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without {f}, which layer "
                                  f"{i + 1}'s structure {key} would price them with; refit layer {j + 1} with "
                                  f"`vaemem fit` (from a dry-run cache with {cached})")
+        # a batch's factor (schema 25, read where every layer is of 25): a layer whose own structure of this key
+        # lacks it fitted its batch rows in one sample's factor, and the winner's would price its lines under (the
+        # other way round, one sample's factor prices lines fitted with a batch's: over)
+        for j in onednn:
+            own = docs[j].get("structures", {}).get(key)
+            if reads_batch and j != i and own is not None and any(
+                    f + BATCH_SUFFIX in st and f + BATCH_SUFFIX not in own for f in HIDDEN_FACTORS):
+                raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without a oneDNN factor of a "
+                                 f"batch, which layer {i + 1}'s structure {key} would price them with; refit layer "
+                                 f"{j + 1} with `vaemem fit` (from a dry-run cache with the batch dry runs)")
         # the same for the live bytes at the convolutions' calls, which the untiled fp32 lines of schema 12 are in
         # (where the oneDNN lines are older, the document's schema is theirs and the live bytes are never read)
         for j in onednn:
@@ -763,6 +785,10 @@ def _check_structure(s: dict, where: str) -> None:
             _need(all(_num(x) and 1 <= x <= 3 for x in (h if isinstance(h, list) else [h]))
                   and (not isinstance(h, list) or (len(h) == len(knots) and h == sorted(h, reverse=True))),
                   f"{where}.{name}", f"a number from 1 to 3, or {len(knots)} of them (one per knot, never rising)", h)
+        if name + BATCH_SUFFIX in s:  # a batch's (schema 25: the file's check): one number, beside one sample's
+            h = s[name + BATCH_SUFFIX]
+            _need(_num(h) and 1 <= h <= 3 and name in s, f"{where}.{name}{BATCH_SUFFIX}",
+                  f"a number from 1 to 3 beside {name}", h)
     if "conv_transients" in s:
         convs = _field(s, "conv_transients", where, "list")
         # a law grows with the size (its constant may be below zero: the slopes are rounded up)
@@ -1033,6 +1059,11 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                 _need(not isinstance(part.get(f), list) or layered or version >= PER_KNOT_SCHEMA,
                       f"{source}: structures.{where}.{f}", f"one number (one per knot from schema {PER_KNOT_SCHEMA})",
                       part.get(f))
+        for f in HIDDEN_FACTORS:  # an older file's lines were fitted with one sample's factor for a batch
+            _need(f + BATCH_SUFFIX not in st or layered or version >= BATCH_FACTOR_SCHEMA,
+                  f"{source}: structures.{name}.{f}{BATCH_SUFFIX}",
+                  f"absent in a file of schema below {BATCH_FACTOR_SCHEMA} (new in schema {BATCH_FACTOR_SCHEMA})",
+                  st.get(f + BATCH_SUFFIX))
         if "onednn_hidden_factor_no_amx" in st:  # an older file's lines were fitted without it: never read there
             _need((layered or version >= NO_AMX_SCHEMA) and name.split("/")[2:3] != ["fp32"]
                   and "/untiled" in name, f"{source}: structures.{name}.onednn_hidden_factor_no_amx",
@@ -1515,7 +1546,8 @@ def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | Non
 
 def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
               terms: tuple | None = None, aterms: tuple | None = None, uterms: tuple | None = None,
-              hidden: float = 1.0, apart: bool = True) -> tuple[float, float, float, float]:
+              hidden: float = 1.0, apart: bool = True,
+              hidden_batch: float | None = None) -> tuple[float, float, float, float]:
     """(dry-run peak, of one sample, and the two with the buffers oneDNN's ops hold) of a request from its compiled
     structures: ``cs`` the fused one for its tiling, ``ac`` the math path's attention structure or None (the larger
     of the two untiled, a tile's attention peak on top of the fused peak tiled: an upper bound), ``out`` the untiled
@@ -1523,23 +1555,32 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
     :func:`frame_terms` at ``f`` of ``cs``, ``ac`` and ``cs``'s second area piece, where cached. With oneDNN's buffers
     (``hidden``, :func:`onednn_hidden_factor`): the fused part x ``hidden`` and the attention part as it is (``apart``,
     schema 15: no op of an attention module holds any), else (a file of schema 14 or older) the whole x ``hidden``;
-    a sliced batch's kept outputs x ``hidden`` either way (as on the fused path: an upper bound).
+    a sliced batch's kept outputs x ``hidden`` either way (as on the fused path: an upper bound). An unsliced batch
+    takes ``hidden_batch`` where given (schema 25, :func:`onednn_hidden_factor` of the batch), its one sample
+    ``hidden``.
     The one evaluation of the variants: pricing, the fit and :func:`dry_run_bytes` all call it."""
     sliced = out is not None and b > 1
     bs = 1 if sliced else b  # the samples in flight at once
-    dry = structure_eval(cs, w, h, bs, f, t, terms, uterms)
-    kdry = hidden * dry
-    if ac is not None:
-        if t is None:
-            a = attention_eval(ac, w, h, bs, f, aterms)
-            dry = a if a > dry else dry
-            kdry = (a if a > kdry else kdry) if apart else hidden * dry
-        else:
-            k = cs[7] if cs[0] else 1  # a tile of a scaled loop covers k x its px a side (Wan 2.2's encode)
-            a = attention_eval(ac, t * k, t * k, bs, f, aterms)
-            dry += a
-            kdry = kdry + a if apart else hidden * dry
+    fused = structure_eval(cs, w, h, bs, f, t, terms, uterms)
+
+    def peaks(k: float) -> tuple[float, float]:  # (the dry run, with oneDNN's buffers at factor k)
+        dry, kdry = fused, k * fused
+        if ac is not None:
+            if t is None:
+                a = attention_eval(ac, w, h, bs, f, aterms)
+                dry = a if a > dry else dry
+                kdry = (a if a > kdry else kdry) if apart else k * dry
+            else:
+                s = cs[7] if cs[0] else 1  # a tile of a scaled loop covers s x its px a side (Wan 2.2's encode)
+                a = attention_eval(ac, t * s, t * s, bs, f, aterms)
+                dry += a
+                kdry = kdry + a if apart else k * dry
+        return dry, kdry
+
+    dry, kdry = peaks(hidden)
     one, kone = dry / bs, kdry / bs
+    if bs > 1 and hidden_batch is not None and hidden_batch != hidden:  # the batch's own factor, one sample's apart
+        kdry = peaks(hidden_batch)[1]
     if sliced:
         per = output_per_pixel(out, f)
         if cs[10] is not None and f > 1:  # each sample keeps every clip's output whole (the token_drop slice is
@@ -1551,15 +1592,15 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
 
 def _scores_lead(cs: tuple, ac: tuple, out: tuple | None, w: int, h: int, b: int, f: int, t: int | None,
                  hidden: float, terms: tuple | None = None, aterms: tuple | None = None,
-                 uterms: tuple | None = None) -> bool:
+                 uterms: tuple | None = None, hidden_batch: float | None = None) -> bool:
     """Whether a math-path request's score matrices lead: its dry run with oneDNN's buffers (``hidden``, schema
     15's rule) above the fused path's; tiled, always (a tile's attention peak is added on top). Where they do not,
     the request is the fused one: the estimator prices it by the plain lines and the fit keeps its point with the
     plain ones (:func:`math_path_leads`)."""
     if t is not None:
         return True
-    return _dry_peak(cs, ac, out, w, h, b, f, t, terms, aterms, uterms, hidden)[2] > \
-        _dry_peak(cs, None, out, w, h, b, f, t, terms, None, uterms, hidden)[2]
+    return _dry_peak(cs, ac, out, w, h, b, f, t, terms, aterms, uterms, hidden, hidden_batch=hidden_batch)[2] > \
+        _dry_peak(cs, None, out, w, h, b, f, t, terms, None, uterms, hidden, hidden_batch=hidden_batch)[2]
 
 
 def math_path_leads(structures: dict, arch: str, op: str, width: int, height: int, *, dtype: str, backend: str,
@@ -1574,7 +1615,8 @@ def math_path_leads(structures: dict, arch: str, op: str, width: int, height: in
         return False
     return _scores_lead(compile_structure(s), compile_structure(a),
                         compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
-                        width, height, batch, frames, tile, onednn_hidden_factor(backend, u, frames=frames))
+                        width, height, batch, frames, tile, onednn_hidden_factor(backend, u, frames=frames),
+                        hidden_batch=onednn_hidden_factor(backend, u, frames=frames, batch=batch))
 
 
 def _whole_tile(cs: tuple, w: int, h: int, t: int) -> bool:
@@ -1926,8 +1968,8 @@ class _Plan:
         self.apart = coef["schema_version"] >= ATTENTION_APART_SCHEMA
         self.hidden = None if tiled and coef["schema_version"] < TILED_FACTOR_SCHEMA else (
             key["conv_backend"], structures.get(structure_key(arch, op, dtype, False)), None if self.apart else a,
-            coef["schema_version"] >= NO_AMX_SCHEMA)
-        self.hidden_f: dict = {}  # frames -> the factor (hidden_at)
+            coef["schema_version"] >= NO_AMX_SCHEMA, coef["schema_version"] >= BATCH_FACTOR_SCHEMA)
+        self.hidden_f: dict = {}  # (frames, a batch in flight) -> the factor (hidden_at)
         self.own = self.line = self.cref = self.pixel_line = self.ref_terms = self.untiled = self.whole = None
         # the lines of the request's variant beside its own plain line: its own (``sd15/math``), else the other
         # architectures' measured in it; None where it names none or none was measured
@@ -2141,24 +2183,29 @@ class _Plan:
                 None if ac is None else self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f)),
                 None if up is None else self.uterms.get(f) or self.uterms.setdefault(f, frame_terms(up, f)))
 
-    def hidden_at(self, f: int) -> float:
-        """The factor from the dry-run peak of a clip of ``f`` frames to the one this plan's lines are in
-        (:func:`onednn_hidden_factor`; 1 where they are in the plain one), cached per clip length."""
-        k = self.hidden_f.get(f)
+    def hidden_at(self, f: int, b: int = 1) -> float:
+        """The factor from the dry-run peak of a clip of ``f`` frames (``b``: samples in flight at once) to the one
+        this plan's lines are in (:func:`onednn_hidden_factor`; 1 where they are in the plain one), cached."""
+        k = self.hidden_f.get((f, b > 1))
         if k is None:
             if self.hidden is None:
                 k = 1.0
             else:
-                backend, untiled, math_path, no_amx = self.hidden
-                k = onednn_hidden_factor(backend, untiled, math_path, no_amx=no_amx, frames=f)
-            self.hidden_f[f] = k
+                backend, untiled, math_path, no_amx, batches = self.hidden
+                # a batch's own factor where the lines are of schema 25 (a layered document's structure may be newer)
+                k = onednn_hidden_factor(backend, untiled, math_path, no_amx=no_amx, frames=f, batch=b if batches else 1)
+            self.hidden_f[f, b > 1] = k
         return k
 
     def dry_runs(self, w: int, h: int, b: int, f: int, t: int | None) -> tuple[float, float, float, float]:
         """(dry-run peak, of one sample, the two with oneDNN's buffers) of a request this plan has a structure for
-        (:func:`_dry_peak`)."""
+        (:func:`_dry_peak`; an unsliced batch with its factor of a batch)."""
         return _dry_peak(self.cs, self.attn, self.out, w, h, b, f, t,  # type: ignore[arg-type]
-                         *self._frame_terms(f), self.hidden_at(f), self.apart)
+                         *self._frame_terms(f), self.hidden_at(f), self.apart, self.hidden_at(f, self._flight(b)))
+
+    def _flight(self, b: int) -> int:
+        """The samples a request of batch ``b`` runs at once: 1 where this plan's batch is sliced."""
+        return 1 if self.out is not None else b
 
     def batch_in_call_peak(self, b: int) -> bool:
         """Whether a batch of ``b`` may be priced in its call peak (:func:`call_peak`'s ``batched``): from schema
@@ -2174,7 +2221,8 @@ class _Plan:
         fused price)."""
         variant = self.variant.replace("/sliced", "") if b == 1 else self.variant
         if "/math" in variant and self.apart and self.cs is not None and self.attn is not None and not _scores_lead(
-                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden_at(f), *self._frame_terms(f)):
+                self.cs, self.attn, self.out, w, h, b, f, t, self.hidden_at(f), *self._frame_terms(f),
+                hidden_batch=self.hidden_at(f, self._flight(b))):
             variant = variant.replace("/math", "")
         return variant
 
@@ -2348,10 +2396,12 @@ def dry_run_bytes(coef: object, model: str, op: str, width: int, height: int, *,
 
 def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: int, *, dtype: str, batch: int = 1,
                          frames: int = 1, tile: int | None = None, attention: str = "fused",
-                         slicing: bool = False, hidden: float = 1.0) -> float | None:
+                         slicing: bool = False, hidden: float = 1.0,
+                         hidden_batch: float | None = None) -> float | None:
     """:func:`dry_run_bytes` without its checks, on any dict with ``models`` (each with ``architecture`` and
     ``attention_ops``) and ``structures``: what the fit evaluates at its measured points; with ``hidden``, the dry
-    run with oneDNN's buffers (:func:`_dry_peak`, the current schema's rule)."""
+    run with oneDNN's buffers (:func:`_dry_peak`, the current schema's rule; ``hidden_batch``, an unsliced batch's
+    factor)."""
     m = coef["models"][model]
     structures = coef.get("structures", {})
     arch = m["architecture"]
@@ -2364,7 +2414,7 @@ def structure_peak_bytes(coef: dict, model: str, op: str, width: int, height: in
         return None  # as the estimator: no structure covers this request (nor a tile outside its tiled basis)
     return _dry_peak(compile_structure(s), None if a is None else compile_structure(a),
                      compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
-                     width, height, batch, frames, tile, hidden=hidden)[2]
+                     width, height, batch, frames, tile, hidden=hidden, hidden_batch=hidden_batch)[2]
 
 
 def hidden_factor_at(value: float | list, knots: list, frames: int) -> float:
@@ -2377,7 +2427,8 @@ def hidden_factor_at(value: float | list, knots: list, frames: int) -> float:
     return value[max(bisect.bisect_right(knots, frames) - 1, 0)]
 
 
-def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True, frames: int) -> float:
+def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = True, frames: int,
+                         batch: int = 1) -> float:
     """The factor from a dry-run peak to the peak with the buffers oneDNN's ops hold while they run, on ``backend``:
     the largest ``onednn_hidden_factor`` of the request's untiled ``structures`` (in a file of schema 14 or older
     the math path's as well; from 15 the fused one's, on the fused part alone: :func:`_dry_peak`) on a
@@ -2385,14 +2436,18 @@ def onednn_hidden_factor(backend: str, *structures: dict | None, no_amx: bool = 
     tiles) a half-precision structure's ``onednn_hidden_factor_no_amx`` where it has one and ``no_amx`` (the lines
     are of schema 11 or newer: a layered document's structure may be newer than its oneDNN lines): its
     convolutions hold a copy of their input, where the AMX rule counts twice their output; each at a clip of
-    ``frames`` (:func:`hidden_factor_at`). A tiled request takes
+    ``frames`` (:func:`hidden_factor_at`). A ``batch`` in flight above 1 (unsliced: the caller's) takes a
+    structure's factor of a batch where it has one (schema 25, ``onednn_hidden_factor_batch``, an image
+    architecture's: its batch runs channels-last, and oneDNN holds no copy of such an input). A tiled request takes
     its untiled structure's in a file of schema 10 or newer (1 in one of 9: ``_Plan``): a tile's share was never
     traced, and the tiled demand / dry run follows the untiled factor (HunyuanVideo's bf16 decode 1.442 at 1.443,
     Wan 2.1's 1.125 at 1.111, SD1.5's 1.71 at 1.58)."""
     if backend not in WEIGHT_COPY_BACKENDS:
         return 1.0
-    field = lambda s: HIDDEN_FACTORS[1] if no_amx and backend == "onednn" and HIDDEN_FACTORS[1] in s \
+    one = lambda s: HIDDEN_FACTORS[1] if no_amx and backend == "onednn" and HIDDEN_FACTORS[1] in s \
         else HIDDEN_FACTORS[0]  # noqa: E731
+    # a batch in flight (``batch`` above 1, unsliced) takes the structure's factor of a batch where it has one
+    field = lambda s: one(s) + BATCH_SUFFIX if batch > 1 and one(s) + BATCH_SUFFIX in s else one(s)  # noqa: E731
     return max([1.0] + [hidden_factor_at(s[field(s)], s.get("knots", [1]), frames)
                         for s in structures if s and field(s) in s])
 
@@ -2851,7 +2906,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         cast_note = ("; math attention path: no attention module in this op, so the same as fused"
                      if plan.attn is None else
                      "; math attention path: its score matrices do not lead (its dry run"
-                     + (" with oneDNN's buffers" if plan.hidden_at(int(frames)) != 1 else "")
+                     + (" with oneDNN's buffers" if plan.hidden_at(int(frames), plan._flight(int(batch))) != 1
+                        else "")
                      + " is the fused path's), so priced by the fused request's lines"
                      if plan.kind == "calib" and "/math" not in plan.variant_at(
                          int(width), int(height), int(batch), int(frames), tile) else
@@ -2871,12 +2927,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      f") from {loaded_dtype} to {dtype}")
     if plan.kind == "calib":
         own, calib, m = plan.own, plan.calib, plan.m
-        k = plan.hidden_at(int(frames))
+        k1 = plan.hidden_at(int(frames))  # one sample's factor; k the request's (a batch's own, schema 25)
+        k = plan.hidden_at(int(frames), plan._flight(int(batch)))
         live = dry
         # the lines are in oneDNN's dry run (hidden); what its buffers make of the live tensors' peak: x k, on the
         # math path x k on the fused part only (told by one sample's: a sliced batch adds its kept outputs x k)
         _, live1, dry, one = plan.dry_runs(int(width), int(height), int(batch), int(frames), tile)
-        scores = attention == "math" and plan.attn is not None and abs(one - k * live1) > MIB
+        scores = attention == "math" and plan.attn is not None and abs(one - k1 * live1) > MIB
         outputs = (f", and the outputs of the samples before it x {k:.4g}"
                    if scores and plan.out is not None and int(batch) > 1 else "")
         if scores and tile is not None:
@@ -2888,6 +2945,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         elif not scores:
             hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g} for the buffers "
                       f"oneDNN's ops hold while they run" if k != 1 else "")
+            if k != k1:  # schema 25: a 2-D batch runs channels-last, and oneDNN holds no copy of such an input
+                hidden = (f"; that dry-run peak is its live tensors', {live / MIB:.0f} MiB, x {k:.4g}, a batch's "
+                          f"factor for the buffers oneDNN's ops hold while they run (one sample's x {k1:.4g})")
             above = f"{live / MIB:.0f} MiB x {k:.4g} for oneDNN's buffers"
         elif one <= live1:
             above = (f"at its score matrices, {live / MIB:.0f} MiB, which no op holding oneDNN's buffers joins (its "

@@ -303,11 +303,11 @@ def request_of(point: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | N
 
 
 def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any],
-           hidden: float = 1.0) -> tuple[float, float] | None:
+           hidden: float = 1.0, hidden_batch: float | None = None) -> tuple[float, float] | None:
     """(dry-run peak, dry-run peak of one sample) of a measured point from its architecture's structures, by the
     estimator's own evaluation (:func:`vaemem.estimate.structure_peak_bytes`) of the point's request, with oneDNN's
-    buffers where ``hidden`` (:func:`hidden_of`) is given; None where nothing covers it (a variant the estimator
-    cannot express, or no structure for it)."""
+    buffers where ``hidden`` (:func:`hidden_of`) is given (``hidden_batch``: an unsliced batch's, schema 25); None
+    where nothing covers it (a variant the estimator cannot express, or no structure for it)."""
     from vaemem import estimate as est
     from vaemem.models.zoo import ATTENTION_OPS
 
@@ -319,20 +319,22 @@ def dry_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
            "structures": structures}
     kw = dict(dtype=req["dtype"], frames=req["frames"], tile=req["tile"], attention=req["attention"], hidden=hidden)
     w, h = point["width"], point["height"]
-    dry = est.structure_peak_bytes(doc, arch, op, w, h, batch=req["batch"], slicing=req["slicing"], **kw)
+    dry = est.structure_peak_bytes(doc, arch, op, w, h, batch=req["batch"], slicing=req["slicing"],
+                                   hidden_batch=hidden_batch, **kw)
     return None if dry is None else (dry, est.structure_peak_bytes(doc, arch, op, w, h, batch=1, **kw))
 
 
-def hidden_of(key: dict[str, Any], structures: dict[str, Any], *, frames: int) -> float:
+def hidden_of(key: dict[str, Any], structures: dict[str, Any], *, frames: int, batch: int = 1) -> float:
     """The factor from the dry-run peak of a point of group ``key`` to the one its platform's lines are in
     (:func:`vaemem.estimate.onednn_hidden_factor`: on oneDNN, with the buffers its ops hold while they run; every
     point of the group takes its untiled structure's, a tiled or sliced one too; a math-path point's attention peak
-    takes none, :func:`dry_of`)."""
+    takes none, :func:`dry_of`); of ``batch`` samples in flight (an unsliced batch: its factor of a batch, where its
+    structure has one)."""
     from vaemem import estimate as est
 
     arch, op, dtype = key["architecture"], key["op"], key["dtype"]
     return est.onednn_hidden_factor(key["conv_backend"], structures.get(est.structure_key(arch, op, dtype, False)),
-                                    frames=frames)
+                                    frames=frames, batch=batch)
 
 
 def priced_as(point: dict[str, Any], key: dict[str, Any],
@@ -362,7 +364,8 @@ def row_of(point: dict[str, Any], key: dict[str, Any], structures: dict[str, Any
     d = dry_of(point, key, structures)
     if d is None:
         return None
-    kd = dry_of(point, key, structures, hidden_of(key, structures, frames=point["frames"]))
+    kd = dry_of(point, key, structures, hidden_of(key, structures, frames=point["frames"]),
+                hidden_of(key, structures, frames=point["frames"], batch=1 if point.get("slicing") else point["batch"]))
     q = point
     single = get_spec(get_spec(q["model"]).architecture).is_video and q["frames"] == 1  # a regime of the architecture
     s = structures.get(est.structure_key(key["architecture"], key["op"], "fp32", False))

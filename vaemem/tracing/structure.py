@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from vaemem import estimate as est
@@ -190,6 +190,21 @@ def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") 
             for f in frame_knots(spec) for w, h in sizes]
 
 
+BATCH_KNOT = 2  # the batch of the dry runs an image structure's oneDNN factors of a batch come from
+
+
+def batch_grid(name: str, op: str, dtype: str) -> list[TraceSpec]:
+    """The dry runs of a batch (:data:`BATCH_KNOT`) an untiled image structure's oneDNN factors of a batch are
+    derived from (``onednn_hidden_factor_batch``: :func:`derive`), at its grid's sizes in the calibration domain; none
+    for a video architecture, whose batches keep one sample's factor (HunyuanVideo's fp32 decode in two and three
+    needed 1.96x and 2.93x one sample at 160x96)."""
+    spec = get_spec(name)
+    if spec.is_video:
+        return []
+    return [TraceSpec(name, op, dtype, w, h, batch=BATCH_KNOT) for w, h in _sizes(spec)
+            if w * h >= est.DOMAIN_MIN_FRAME_PIXELS]
+
+
 def structured(name: str) -> list[tuple[str, str, bool, str]]:
     """(op, dtype, tiled, attention) combinations with a structure for zoo model ``name``."""
     from vaemem.models.zoo import ATTENTION_OPS
@@ -215,6 +230,8 @@ def zoo_grid() -> list[TraceSpec]:
             continue
         for op, dtype, tiled, attention in structured(name):
             out += grid(name, op, dtype, tiled, attention)
+            if not tiled and attention == "fused":
+                out += batch_grid(name, op, dtype)
     return out
 
 
@@ -567,7 +584,7 @@ def _per_knot(ratios: dict[tuple, float], wanted: list[tuple], knots: list[int])
     return per[0] if len(set(per)) == 1 else per
 
 
-def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
+def derive(entries: list[dict[str, Any]], name: str, op: str, dtype: str, tiled: bool,
            attention: str = "fused") -> dict[str, Any] | None:
     """The structure of (``name``, op, dtype, tiling, attention path) from dry-run cache entries, or None if the
     cache lacks its grid; on the math path it is the structure of the attention peak. Rounded to whole bytes (per
@@ -682,6 +699,8 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
         # the same on a CPU without AMX tiles, whose half-precision convolutions hold a copy of their input (two for
         # a 1x1 kernel) where the AMX rule counts twice their output (vaemem.tracing.counter.onednn_hidden_bytes)
         out["onednn_hidden_factor_no_amx"] = _per_knot(no_amx, wanted, out["knots"])
+    if not tiled and attention == "fused" and "onednn_hidden_factor" in out:
+        out.update(_batch_factors(entries, name, op, dtype, "onednn_hidden_factor_no_amx" in out))
     errors = [abs(est.structure_bytes(out, w, h, 1, fr, t) - peaks[(w, h, fr, t)]) / max(peaks[(w, h, fr, t)], 1)
               for w, h, fr, t in wanted]  # of the smooth part: a split model's dry runs here are unsplit
     out["max_rel_error_in_sample"] = round(max(errors), 5)
@@ -693,6 +712,29 @@ def derive(entries: Iterable[dict[str, Any]], name: str, op: str, dtype: str, ti
                              f"longer clips cannot be extrapolated")
         out["split"] = {"bytes_per_element": est.ELEMENT_SIZE[dtype], "layers": layers}
     out["n_dry_runs"] = len(wanted)
+    return out
+
+
+def _batch_factors(entries: list[dict[str, Any]], name: str, op: str, dtype: str,
+                   no_amx: bool) -> dict[str, float]:
+    """An untiled image structure's oneDNN factors of a batch (schema 25): the largest ratio of the dry run with
+    oneDNN's buffers to the plain one over its dry runs of :func:`batch_grid` (rounded up to 1e-4), as
+    ``onednn_hidden_factor_batch`` and, beside one sample's (``no_amx``), ``onednn_hidden_factor_no_amx_batch``; none
+    where the
+    entries lack them (an older cache) or the architecture has none (video). Why: a 2-D batch's convolutions take
+    their input channels-last on the CPU, and oneDNN holds no copy or reorder of such an input
+    (vaemem.tracing.counter.onednn_hidden_bytes): SD1.5's and FLUX.1's bf16 decodes at 512 px in two and three
+    needed their plain dry run plus 26 MiB without AMX (campaign 39), where one sample's factor, 1.333, priced them
+    1.39x; the batch's dry run of 1.0 prices them at 1.05x."""
+    want = {g.key for g in batch_grid(name, op, dtype)}  # as derive's filter: the grid's very dry runs
+    got = [e for e in entries if e["spec"]["model"] == name and e["spec"]["batch"] == BATCH_KNOT
+           and TraceSpec.from_dict(e["spec"]).key in want]
+    if not want or len(got) != len(want) or any("onednn_peak_bytes" not in e for e in got):
+        return {}
+    up = lambda field: math.ceil(max(e[field] / e["peak_bytes"] for e in got) * 1e4 - 1e-6) / 1e4  # noqa: E731
+    out = {"onednn_hidden_factor_batch": up("onednn_peak_bytes")}
+    if no_amx and all("onednn_peak_bytes_no_amx" in e for e in got):
+        out["onednn_hidden_factor_no_amx_batch"] = up("onednn_peak_bytes_no_amx")
     return out
 
 
