@@ -75,8 +75,13 @@ def as_schema(doc: dict, version: int) -> dict:
     call's cost; before 20 no line its smallest dry-run peak (before 21 a half-precision batch is priced by its dry
     run and the copy, before 22 the factors counted an fp32 convolution's output alone: rules, nothing to
     remove); before 23 no line its one-frame points' largest dry run (before 24 a channels-last call's live bytes
-    held its output's reorder: a rule, nothing to remove); before 25 no structure a oneDNN factor of a batch."""
+    held its output's reorder: a rule, nothing to remove); before 25 no structure a oneDNN factor of a batch, before 26 the live
+    bytes at a batch's calls."""
     doc["schema_version"] = version
+    if version < 26:  # no structure the live bytes at a batch's convolution calls
+        for s in doc.get("structures", {}).values():
+            if "conv_transients" in s:
+                s["conv_transients"] = [c[:9] for c in s["conv_transients"]]
     if version < 25:  # no structure carries a oneDNN factor of a batch
         _drop(doc.get("structures", {}), "onednn_hidden_factor_batch")
         _drop(doc.get("structures", {}), "onednn_hidden_factor_no_amx_batch")

@@ -384,7 +384,8 @@ def test_a_batch_factor_is_refused_where_it_cannot_be_read_and_layers_only_as_fi
     """A structure's factor of a batch: refused in a file below schema 25, without one sample's beside it, or out
     of range. Two files of 25 whose structure of one key has it in one and not the other: where the winning
     structure has it and the other layer's lines were fitted without it (in one sample's factor: priced with the
-    batch's, under), refused, naming the layer to refit; the other way round its lines are priced over, as alone."""
+    batch's, under), refused, naming the layer to refit; the other way round its lines are priced over, as alone.
+    The same for the live bytes at a batch's calls (schema 26), which a file of 25 cannot carry."""
     doc = json.loads(PACKAGED.read_text())
     key = "sd15/decode/fp32/untiled"
     for mutate, message in (
@@ -403,9 +404,27 @@ def test_a_batch_factor_is_refused_where_it_cannot_be_read_and_layers_only_as_fi
     over = est.explain("sd15", "decode", 512, 512, coefficients=without, **kw).bytes
     assert over > est.explain("sd15", "decode", 512, 512, **kw).bytes  # priced with one sample's factor: over
     assert est.explain("sd15", "decode", 512, 512, coefficients=[without, None], **kw).bytes == over
-    with pytest.raises(ValueError, match=rf"layer 2's oneDNN lines were fitted without a oneDNN factor of a batch, "
-                                         rf"which layer 1's structure {key} would price them with; refit layer 2"):
+    message = (rf"layer 2's oneDNN lines were fitted without a batch's oneDNN factor or its calls' live bytes, "
+               rf"which layer 1's structure {key} would price them with; refit layer 2")
+    with pytest.raises(ValueError, match=message):
         est.explain("sd15", "decode", 512, 512, coefficients=[None, without], **kw)
+    # schema 26: the live bytes at a batch's calls (a tenth field), the same way: refused below 26, and lines fitted
+    # without them under a winning structure with them (a half-precision batch's call peak: under)
+    nine = json.loads(json.dumps(doc))
+    nine["structures"][key]["conv_transients"] = [c[:9] for c in nine["structures"][key]["conv_transients"]]
+    kw = dict(kw, dtype="bf16")
+    assert est.explain("sd15", "decode", 512, 512, coefficients=nine, **kw).bytes > \
+        est.explain("sd15", "decode", 512, 512, **kw).bytes
+    with pytest.raises(ValueError, match=message):
+        est.explain("sd15", "decode", 512, 512, coefficients=[None, nine], **kw)
+    old = json.loads(json.dumps(doc))
+    old["schema_version"] = 25
+    for k in old["structures"]:
+        for f in est.HIDDEN_FACTORS:
+            old["structures"][k].pop(f + est.BATCH_SUFFIX, None)
+    with pytest.raises(ValueError, match=r"conv_transients must be 9 fields per convolution \(the live bytes at a "
+                                         r"batch's calls are a tenth from schema 26\)"):
+        est.validate(old, "c.json")
 
 
 def test_every_untiled_structure_carries_a_onednn_hidden_factor_and_no_tiled_one(committed_structures):
@@ -1667,15 +1686,16 @@ def test_a_one_frame_term_stops_growing_beyond_its_points():
                                                     coefficients=[older, alone], **kw).bytes
 
 
-@pytest.mark.parametrize("version", [21, 23, 24])
-def test_a_file_of_an_older_structures_rule_prices_alone_and_does_not_layer_with_25(version):
+@pytest.mark.parametrize("version", [21, 23, 24, 25])
+def test_a_file_of_an_older_structures_rule_prices_alone_and_does_not_layer_with_26(version):
     """Schema 22's structures count an fp32 convolution's input reorder, 24's hold a channels-last convolution's
-    output alone at its call (the same fields, other numbers), 25's price an image batch with a factor of its own: a
-    file of 21, 23 or 24 is read and priced by its own structures, and layered with one of 25 either way round it
-    is refused, naming the layer to refit (a structure of one priced with the lines of the other: 0.8-1.25x;
-    Mochi's encode 0.89-0.95x)."""
+    output alone at its call (the same fields, other numbers), 25's price an image batch with a factor of its own,
+    26's a half-precision image batch's calls in their own live bytes: a file of 21, 23, 24 or 25 is read and
+    priced by its own structures, and layered with one of 26 either way round it is refused, naming the layer to
+    refit (a structure of one priced with the lines of the other: 0.8-1.25x; Mochi's encode 0.89-0.95x)."""
     doc = json.loads((Path(est.__file__).parent / "coefficients.json").read_text())
-    assert doc["schema_version"] == est.SCHEMA_VERSION == est.BATCH_FACTOR_SCHEMA == 25
+    assert doc["schema_version"] == est.SCHEMA_VERSION == est.BATCH_CALL_SCHEMA == 26
+    assert est.BATCH_FACTOR_SCHEMA == 25
     assert (est.INPUT_REORDER_SCHEMA, est.CHANNELS_LAST_CALL_SCHEMA) == (22, 24)
     kw = dict(dtype="fp32", frames=7, backend="onednn", allocator="glibc-fixed", os="linux")
     old = as_schema(json.loads(json.dumps(doc)), version)

@@ -199,12 +199,20 @@ from collections.abc import Callable, Iterator
 # with one sample's factor (over); a file of 24 stays readable, but its oneDNN lines (their batch rows fitted in
 # one sample's factor) do not layer with those of 25, nor, of two files of 25, lines fitted without the batch factor
 # with a winning structure that has it (under).
-SCHEMA_VERSION = 25
+# 26: an untiled fp32 image structure's ``conv_transients`` may carry a tenth field per convolution, the bytes live
+# at its calls in the dry runs of two samples ([pixels, bytes] per knot), which a half-precision batch's call peak
+# takes (``batch`` / 2 x them: :func:`_conv_calls`) where 25 took ``batch`` x one sample's: a 2-D batch's calls hold no
+# output reorder (SD1.5's bf16 decode at 512 px in two: its call peak 961 MiB, its live tensors' peak 768, its
+# demand 794). A reader of 25 would refuse the field; a file of 25 stays readable, but its oneDNN lines do not layer
+# with those of 26, nor, of two files of 26, lines fitted without the field with a winning structure that has it.
+SCHEMA_VERSION = 26
 INPUT_REORDER_SCHEMA = 22  # the first whose oneDNN factors count an fp32 convolution's input reorder
 ONE_FRAME_MAX_SCHEMA = 23  # the first whose lines may carry single_frame_dry_max
 CHANNELS_LAST_CALL_SCHEMA = 24  # the first whose call peaks hold a channels-last convolution's output alone (and
 # whose half-precision factors a mean's fp32 copies in place of its output)
 BATCH_FACTOR_SCHEMA = 25  # the first whose image structures may carry a oneDNN factor of a batch
+BATCH_CALL_SCHEMA = 26  # the first whose image structures may carry the live bytes at a batch's convolution calls
+BATCH_LIVE_SAMPLES = 2  # the samples of those calls (vaemem.tracing.structure.BATCH_KNOT)
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
@@ -220,7 +228,7 @@ CALL_PEAK_SCHEMA = 12  # the first whose untiled fp32 oneDNN lines are in the ca
 RESIDENT_SCHEMA = 13  # the first whose own oneDNN lines may carry a resident branch (resident_bytes)
 VARIANT_SCHEMA = 14  # the first whose calibrations keep a variant's points apart (variants)
 ATTENTION_APART_SCHEMA = 15  # the first whose math-path oneDNN lines take oneDNN's buffers on the fused part only
-READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25)
+READABLE_SCHEMAS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26)
 # The calibration lines' domain: frames of at least this many pixels. Below it (64x64 and 96x64 video on this
 # CPU) demand carries a resident overhead of 30-100 MiB that changes with the shape and not with the dry-run peak
 # (Wan 2.1 one-frame encode: 66 MiB at 64x64, 95 at 96x64, 96 at 160x96 with a 2.5x larger dry run): such points
@@ -436,8 +444,10 @@ def _layer(docs: list) -> dict:
     # 19's untiled half-precision lines without AMX are in the call peak, 20 adds a line's smallest dry run, absent
     # meaning none: it layers with 19; 21's half-precision batches are in their call peak too; 22's factors count
     # an fp32 convolution's input reorder; 23 adds a one-frame bound, absent meaning none: it layers with 22; 24's
-    # call peaks hold a channels-last convolution's output alone; 25's batches are priced with a factor of their own)
-    rule = lambda v: BATCH_FACTOR_SCHEMA if v >= BATCH_FACTOR_SCHEMA else CHANNELS_LAST_CALL_SCHEMA \
+    # call peaks hold a channels-last convolution's output alone; 25's batches are priced with a factor of their own,
+    # 26's half-precision image batches in their own calls' live bytes)
+    rule = lambda v: BATCH_CALL_SCHEMA if v >= BATCH_CALL_SCHEMA else BATCH_FACTOR_SCHEMA \
+        if v >= BATCH_FACTOR_SCHEMA else CHANNELS_LAST_CALL_SCHEMA \
         if v >= CHANNELS_LAST_CALL_SCHEMA else INPUT_REORDER_SCHEMA \
         if v >= INPUT_REORDER_SCHEMA else BATCH_CALL_PEAK_SCHEMA \
         if v >= BATCH_CALL_PEAK_SCHEMA else HALF_CALL_PEAK_SCHEMA \
@@ -454,6 +464,7 @@ def _layer(docs: list) -> dict:
     # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
     out["schema_version"] = min(d["schema_version"] for d in docs)
     reads_batch = out["schema_version"] >= BATCH_FACTOR_SCHEMA  # a batch's factors are read (_Plan.hidden_at)
+    reads_calls = out["schema_version"] >= BATCH_CALL_SCHEMA  # and a batch's calls' live bytes (_Plan.calls)
     # per factor, the oneDNN layers whose schema prices their lines with it, and whether their structures carry it
     # (what their lines were fitted with): a winning structure must carry it exactly where they do. Without it
     # their lines would be priced at 1 (the AMX rule's, for the factor without AMX); with it where they were fitted
@@ -494,11 +505,13 @@ def _layer(docs: list) -> dict:
         # other way round, one sample's factor prices lines fitted with a batch's: over)
         for j in onednn:
             own = docs[j].get("structures", {}).get(key)
-            if reads_batch and j != i and own is not None and any(
-                    f + BATCH_SUFFIX in st and f + BATCH_SUFFIX not in own for f in HIDDEN_FACTORS):
-                raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without a oneDNN factor of a "
-                                 f"batch, which layer {i + 1}'s structure {key} would price them with; refit layer "
-                                 f"{j + 1} with `vaemem fit` (from a dry-run cache with the batch dry runs)")
+            if reads_batch and j != i and own is not None and (any(
+                    f + BATCH_SUFFIX in st and f + BATCH_SUFFIX not in own for f in HIDDEN_FACTORS)
+                    or (reads_calls and _batch_calls(st) and not _batch_calls(own))):
+                raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without a batch's oneDNN "
+                                 f"factor or its calls' live bytes, which layer {i + 1}'s structure {key} would price "
+                                 f"them with; refit layer {j + 1} with `vaemem fit` (from a dry-run cache with the "
+                                 f"batch dry runs)")
         # the same for the live bytes at the convolutions' calls, which the untiled fp32 lines of schema 12 are in
         # (where the oneDNN lines are older, the document's schema is theirs and the live bytes are never read)
         for j in onednn:
@@ -559,7 +572,12 @@ def _layer(docs: list) -> dict:
 def _call_peaks(st: dict) -> bool:
     """Whether a structure's ``conv_transients`` carry the bytes live at the calls (from schema 12)."""
     convs = st.get("conv_transients")
-    return isinstance(convs, list) and bool(convs) and isinstance(convs[0], list) and len(convs[0]) == 9
+    return isinstance(convs, list) and bool(convs) and isinstance(convs[0], list) and len(convs[0]) in (9, 10)
+
+
+def _batch_calls(st: dict) -> bool:
+    """Whether a structure's ``conv_transients`` carry the live bytes at a batch's calls (schema 26)."""
+    return _call_peaks(st) and len(st["conv_transients"][0]) == 10
 
 
 def _has_onednn(doc: dict) -> bool:
@@ -801,7 +819,9 @@ def _check_structure(s: dict, where: str) -> None:
         polylines = lambda v: per_knot(v, lambda k: isinstance(k, list) and all(  # noqa: E731
             isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) for p in k)
             and all(a[0] < b[0] for a, b in zip(k, k[1:])))
-        size = len(convs[0]) if convs and isinstance(convs[0], list) and len(convs[0]) == 9 else 7  # 9 from 12
+        size = len(convs[0]) if convs and isinstance(convs[0], list) and len(convs[0]) in (9, 10) else 7  # 9 from 12
+        _need(size < 10 or len(knots) == 1, f"{where}.conv_transients", "9 fields per convolution where the "
+              "structure has more than one knot (a batch's calls are an image structure's)", len(knots))
         _need(bool(convs) and all(isinstance(c, list) and len(c) == size and type(c[0]) is int and c[0] > 0
                                   and type(c[1]) is int and c[1] in (3, 4, 5) and rules(c[2]) and buffers(c[3])
                                   and isinstance(c[4], list) and len(c[4]) == len(knots)
@@ -816,7 +836,8 @@ def _check_structure(s: dict, where: str) -> None:
               f"{len(knots)} "
               f"channels-last thresholds (null: never, or elements >= -1), the smallest call's rule and im2col "
               f"laws" + (f", {len(knots)} lists of [pixels, live bytes] at its calls and {len(knots)} at its "
-                         f"smallest" if size == 9 else "")
+                         f"smallest" if size >= 9 else "")
+              + (f", {len(knots)} at a batch's calls" if size == 10 else "")
               + "], the heaviest weight first", convs)
     if "upper" in s:
         up = _field(s, "upper", where, "dict")
@@ -1069,6 +1090,10 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                   and "/untiled" in name, f"{source}: structures.{name}.onednn_hidden_factor_no_amx",
                   f"absent (a field of untiled half-precision structures from schema {NO_AMX_SCHEMA})",
                   st["onednn_hidden_factor_no_amx"])
+        if _batch_calls(st):  # an older file's lines price a batch's calls as its samples': never read there
+            _need(layered or version >= BATCH_CALL_SCHEMA, f"{source}: structures.{name}.conv_transients",
+                  f"9 fields per convolution (the live bytes at a batch's calls are a tenth from schema "
+                  f"{BATCH_CALL_SCHEMA})", "10")
         if _call_peaks(st):  # an older file's lines add the transient to the peak: never read there
             _need(layered or version >= CALL_PEAK_SCHEMA, f"{source}: structures.{name}.conv_transients",
                   f"7 fields per convolution (the live bytes at its calls are fields from schema {CALL_PEAK_SCHEMA})",
@@ -1984,6 +2009,9 @@ class _Plan:
         # 12, half precision's without AMX from 19
         since = CALL_PEAK_SCHEMA if dtype == "fp32" else HALF_CALL_PEAK_SCHEMA
         self.calls = copy_s if coef["schema_version"] >= since and _call_peaks(copy_s or {}) else None
+        if self.calls is not None and _batch_calls(self.calls) and coef["schema_version"] < BATCH_CALL_SCHEMA:
+            # a layered older document's lines price a batch's calls as its samples' (the structure newer)
+            self.calls = {**self.calls, "conv_transients": [c[:9] for c in self.calls["conv_transients"]]}
         self.batched = coef["schema_version"] >= BATCH_CALL_PEAK_SCHEMA  # a half-precision batch's too (call_peak)
         self.dtype = dtype
         self.backend = backend
@@ -2193,7 +2221,8 @@ class _Plan:
             else:
                 backend, untiled, math_path, no_amx, batches = self.hidden
                 # a batch's own factor where the lines are of schema 25 (a layered document's structure may be newer)
-                k = onednn_hidden_factor(backend, untiled, math_path, no_amx=no_amx, frames=f, batch=b if batches else 1)
+                k = onednn_hidden_factor(backend, untiled, math_path, no_amx=no_amx, frames=f,
+                                         batch=b if batches else 1)
             self.hidden_f[f, b > 1] = k
         return k
 
@@ -2623,8 +2652,9 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: s
                          batch: int = 1) -> float | None:
     """The largest of the bytes live at a convolution's call plus the transient it holds there (its weight's copy
     or its im2col buffer, by :func:`conv_transient_elements`' rule), of an untiled request of one sample (in half
-    precision, from schema 21, of a ``batch``: its live bytes ``batch`` x one sample's, the copy once; never of an
-    fp32 batch, :func:`call_peak`), or None
+    precision, from schema 21, of a ``batch``: its live bytes ``batch`` x one sample's, from schema 26 ``batch`` / 2
+    x a batch of two's where the structure carries them, the copy once: :func:`_conv_calls`; never of an fp32 batch,
+    :func:`call_peak`), or None
     where the untiled fp32 structure ``s`` does not carry the live bytes at the calls (before schema 12). In half
     precision (from schema 19) every convolution runs on oneDNN and copies its weight (two copies where its input
     is channels-last, as in fp32), and the bytes live at its call are the fp32 dry run's at the element size's
@@ -2642,18 +2672,20 @@ def conv_call_peak_bytes(s: dict, width: int, height: int, frames: int, dtype: s
     if not _call_peaks(s):
         return None
     size = ELEMENT_SIZE[dtype]
-    return max(batch * live * size / ELEMENT_SIZE["fp32"] + size * max(copy, buffer) for copy, buffer, live in
+    return max(live * size / ELEMENT_SIZE["fp32"] + size * max(copy, buffer) for copy, buffer, live in
                _conv_calls(s, width, height, frames, half=dtype != "fp32", batch=batch))
 
 
 def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = False,
                 batch: int = 1) -> Iterator[tuple[int, float, float]]:
     """Per convolution of ``s["conv_transients"]`` at one sample of a request, (weight elements it copies, im2col
-    elements it holds) at a call where it holds one, with the bytes live at that call (0 without them): its largest
-    call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`);
+    elements it holds) at a call where it holds one, with the bytes live at that call in fp32 (0 without them): its
+    largest call's, and its smallest call's where that one alone stays on im2col (:func:`conv_transient_elements`);
     ``half``: in half precision, where every call runs on oneDNN and copies its weight; of a ``batch``, whose input
     the rule reads ``batch`` x one sample's elements of (N x C x the next two dims), where those pass the
-    channels-last threshold."""
+    channels-last threshold, and whose live bytes are ``batch`` x one sample's, or, where the structure carries the
+    live bytes at a batch's calls (schema 26, an image architecture's tenth field), ``batch`` / 2 x those: a 2-D
+    batch's calls hold no output reorder."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
@@ -2671,7 +2703,8 @@ def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = Fals
         return max(0.0, lo + (hi - lo) * u)
 
     for w, rank, rule, cols, last, rule_min, cols_min, *lives in s["conv_transients"]:
-        live = polyline(lives[0]) if lives else 0.0
+        live = 0.0 if not lives else polyline(lives[2]) * batch / BATCH_LIVE_SAMPLES if batch > 1 and len(lives) > 2 \
+            else batch * polyline(lives[0])
         read = height if rank == 5 else pixels  # what the rule's law is in: a 3-D input's width is not read
         elements = law(rule, read)
         if half or elements > ONEDNN_MIN_ELEMENTS:
@@ -2679,7 +2712,7 @@ def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = Fals
             doubled = any(t is not None and batch * elements > t for t in (last[j], last[i]))
             yield 2 * w if doubled else w, 0.0, live
             if not half and law(rule_min, read) <= ONEDNN_MIN_ELEMENTS:  # its smallest call does not
-                yield 0, law(cols_min, pixels), polyline(lives[1]) if lives else 0.0
+                yield 0, law(cols_min, pixels), batch * polyline(lives[1]) if lives else 0.0
         else:
             yield 0, law(cols, pixels), live
 

@@ -679,6 +679,9 @@ def derive(entries: list[dict[str, Any]], name: str, op: str, dtype: str, tiled:
                         "pad_bytes_per_pixel_frame": _input_bytes_per_pixel_frame(spec, dtype)}
     if not tiled and attention == "fused" and dtype == "fp32" and all(convs[k] is not None for k in wanted):
         out["conv_transients"] = _conv_transients({k: convs[k] for k in wanted}, out["knots"])
+        batch = _batch_entries(entries, name, op, dtype)
+        if batch and all(e.get("conv_inputs") for e in batch):  # schema 26: the live bytes at a batch's calls
+            _add_batch_live(out["conv_transients"], batch, {tuple(c[:4]) for k in wanted for c in convs[k]})
     if not tiled and all(hidden[k] is not None for k in wanted):
         # the dry run with the buffers oneDNN's ops hold while they run, a multiple of the plain one: for an image
         # architecture the same at every size (to 1e-4; in fp32 of one sample: a batch runs channels-last, which holds
@@ -715,6 +718,37 @@ def derive(entries: list[dict[str, Any]], name: str, op: str, dtype: str, tiled:
     return out
 
 
+def _batch_entries(entries: list[dict[str, Any]], name: str, op: str, dtype: str) -> list[dict[str, Any]]:
+    """The cache entries of :func:`batch_grid` (all of them, in its order), or [] where any is missing."""
+    want = [g.key for g in batch_grid(name, op, dtype)]  # as derive's filter: the grid's very dry runs
+    got = {k: e for e in entries if e["spec"]["model"] == name and e["spec"]["batch"] == BATCH_KNOT
+           for k in [TraceSpec.from_dict(e["spec"]).key] if k in want}
+    return [got[k] for k in want] if want and len(got) == len(want) else []
+
+
+def _add_batch_live(transients: list[list[Any]], batch: list[dict[str, Any]], keys: set[tuple]) -> None:
+    """Append to each convolution of an image structure's ``conv_transients`` (one knot) the most bytes live at its
+    calls in the dry runs of a batch (:data:`BATCH_KNOT` samples, :func:`batch_grid`), as [pixels, bytes] at each of
+    their square sides (schema 26), where the batch's convolutions are exactly one sample's (``keys``: weight
+    elements, input rank, input channels, kernel volume) with a record at every size (else none is appended: a
+    batch is then priced by one sample's calls, over). Why: a 2-D
+    batch's convolutions take their input channels-last, and a call then holds no reorder of its output
+    (:func:`vaemem.tracing.counter.conv_live_bytes`), where a batch's call priced as its samples' calls held one:
+    SD1.5's bf16 decode at 512 px in two priced its call peak at 961 MiB, whose live tensors' peak is 768 and demand
+    794 (campaign 39)."""
+    per: dict[tuple, list[list[int]]] = {}
+    for e in sorted(batch, key=lambda e: e["spec"]["width"] * e["spec"]["height"]):
+        px = e["spec"]["width"] * e["spec"]["height"]
+        for weight, rank, channels, volume, *rec in e["conv_inputs"]:
+            per.setdefault((weight, rank, channels, volume), []).append([px, rec[6]])
+    ordered = sorted(per.items(), key=lambda kv: tuple(-x for x in kv[0]))  # _conv_transients' order
+    if set(per) != keys or len(ordered) != len(transients) or any(
+            (k[0], k[1]) != (c[0], c[1]) or len(v) != len(batch) for (k, v), c in zip(ordered, transients)):
+        return
+    for (_, v), c in zip(ordered, transients):
+        c.append([v])
+
+
 def _batch_factors(entries: list[dict[str, Any]], name: str, op: str, dtype: str,
                    no_amx: bool) -> dict[str, float]:
     """An untiled image structure's oneDNN factors of a batch (schema 25): the largest ratio of the dry run with
@@ -726,10 +760,8 @@ def _batch_factors(entries: list[dict[str, Any]], name: str, op: str, dtype: str
     (vaemem.tracing.counter.onednn_hidden_bytes): SD1.5's and FLUX.1's bf16 decodes at 512 px in two and three
     needed their plain dry run plus 26 MiB without AMX (campaign 39), where one sample's factor, 1.333, priced them
     1.39x; the batch's dry run of 1.0 prices them at 1.05x."""
-    want = {g.key for g in batch_grid(name, op, dtype)}  # as derive's filter: the grid's very dry runs
-    got = [e for e in entries if e["spec"]["model"] == name and e["spec"]["batch"] == BATCH_KNOT
-           and TraceSpec.from_dict(e["spec"]).key in want]
-    if not want or len(got) != len(want) or any("onednn_peak_bytes" not in e for e in got):
+    got = _batch_entries(entries, name, op, dtype)
+    if not got or any("onednn_peak_bytes" not in e for e in got):
         return {}
     up = lambda field: math.ceil(max(e[field] / e["peak_bytes"] for e in got) * 1e4 - 1e-6) / 1e4  # noqa: E731
     out = {"onednn_hidden_factor_batch": up("onednn_peak_bytes")}
