@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import subprocess
@@ -305,6 +306,14 @@ def test_estimate_budget_on_the_cli():
     assert res.exit_code == 0, res.output
     r = est.largest_tile("flux1", "decode", 2048, 2048, 3000 * MIB, **GPU)
     assert f"largest tile that fits: {r['tile']} px" in res.output and "spatial tiling only" in res.output
+    # every price the budget line shows is rounded up as the reservation is: a budget a MiB short of the untiled
+    # price reads "untiled <that price> does not fit" (it read one MiB less, as the budget itself)
+    untiled = math.ceil(est.explain("flux1", "decode", 2048, 2048, **GPU).bytes / MIB)
+    res = runner.invoke(app, ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "bf16",
+                              "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--budget",
+                              str(untiled - 1)])
+    assert f"{untiled} MiB for flux1" in res.output
+    assert f"budget {untiled - 1} MiB: untiled {untiled} MiB does not fit" in res.output
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -527,15 +536,13 @@ def test_onednn_lines_of_different_schemas_are_refused(version):
     assert est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[None, None], **ONEDNN).bytes == shipped.bytes
 
 
-@pytest.mark.parametrize("version", [5, 7, 8, 9, 10, 11])
-def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_the_factor(version):
+@pytest.mark.parametrize("version", [5, 7, 8, 9, 10, 11, 14, 23, 25])
+def test_an_older_file_of_other_backends_lines_layers_after_the_packaged_one_and_never_before_it(version):
     """An older file of aten's lines only (a GPU rig owner's would be cuDNN's) beside the packaged one: after it,
     the packaged structures win every key and the oneDNN prices (with AMX as well: the document is of the oneDNN
-    lines' schema: the packaged tiled lines keep their factor) are the packaged ones. Put
-    first, its structures win: those of schema 7 or 8 carry no factor and would price the packaged oneDNN lines at
-    1 (HunyuanVideo's bf16 decode 0.69x): refused, naming the structure; schema 9's and 10's carry it, but their
-    half-precision ones lack the factor of a CPU without AMX (the packaged bf16 lines there would take the AMX
-    rule's): refused, naming it; one of the packaged schema layers, its aten lines winning."""
+    lines' schema: the packaged tiled lines keep their factor) are the packaged ones. Put first, its structures
+    would price the packaged oneDNN lines by an older schema's rules (schema 7's and 8's carry no factor: 1, where
+    HunyuanVideo's bf16 decode needs 1.22; 23's the calls' live bytes before 24's rule): refused, naming both."""
     old = _without_onednn(_older(version))
     amx = dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed", os="linux")
     for kw, args in ((ONEDNN, ("hunyuanvideo", "decode", 320, 192)), (amx, ("flux2", "encode", 768, 768)),
@@ -544,25 +551,37 @@ def test_an_older_file_of_other_backends_lines_layers_where_its_structures_keep_
         after = est.explain(*args, coefficients=[None, old], **kw)
         assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
     aten = dict(dtype="bf16", backend="aten", allocator="glibc-fixed", os="linux")
-    old = {**old, "calibrations": json.loads(json.dumps(old["calibrations"]))}  # a new dict: a used one is cached
-    for c in old["calibrations"]:  # its own aten lines, 2x the packaged ones, to tell whose line priced
-        for line in (c["class"], *c["architectures"].values(), *c.get("transfer_lines", {}).values()):
-            scale_slope(line, 2)
-    if version < est.NO_AMX_SCHEMA:
-        field = "onednn_hidden_factor" if version < 9 else "onednn_hidden_factor_no_amx"
-        with pytest.raises(ValueError, match=rf"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled\S* has no "
-                                             rf"{field}, which layer 2's oneDNN lines are priced with; "
-                                             r"refit layer 1"):
-            est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
-    elif version < est.CALL_PEAK_SCHEMA:  # its fp32 video structures lack the live bytes at the calls
-        with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/fp32/untiled lacks the "
-                                             r"live bytes at its convolutions' calls, which layer 2's oneDNN lines "
-                                             r"were fitted with; refit layer 1"):
-            est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
-    else:
-        first = est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
-        assert first.bytes == est.explain("sd15", "decode", 512, 512, coefficients=old, **aten).bytes
-        assert first.bytes > est.explain("sd15", "decode", 512, 512, **aten).bytes
+    with pytest.raises(ValueError, match=rf"coefficients layer 1's structure \S+ \(schema {version}\) would price "
+                                         rf"layer 2's oneDNN lines \(schema {est.SCHEMA_VERSION}\), which were "
+                                         r"fitted by other rules; refit layer 1 with `vaemem fit`"):
+        est.explain("sd15", "decode", 512, 512, coefficients=[old, None], **aten)
+
+
+def test_a_newer_file_of_other_backends_lines_never_serves_an_older_files_onednn_lines():
+    """The other way round: a file of the packaged schema without oneDNN lines (a GPU rig owner's) put first over
+    an older file of oneDNN lines would price them with its structures, whose numbers are of other rules (a newer
+    aten layer's structure priced Mochi's fp32 encode of a schema-23 file at 0.51x that file's own price, its calls'
+    live bytes changed at 24): refused, naming the older layer; of the same schema it layers, the same prices. And a
+    third, older layer of aten lines after them does not lift a refusal of the two (the batch's factors are read by
+    the oneDNN lines' schema, not the oldest layer's)."""
+    gpu = _without_onednn(json.loads(PACKAGED.read_text()))
+    kw = dict(dtype="fp32", frames=7, backend="onednn", allocator="glibc-fixed", os="linux")
+    for version in (10, 16, 23, 25):
+        with pytest.raises(ValueError, match=rf"coefficients layer 1's structure \S+ \(schema {est.SCHEMA_VERSION}\) "
+                                             rf"would price layer 2's oneDNN lines \(schema {version}\), which were "
+                                             r"fitted by other rules; refit layer 2 with `vaemem fit`"):
+            est.explain("mochi", "encode", 320, 192, coefficients=[gpu, _older(version)], **kw)
+    for args, frames in ((("mochi", "encode", 320, 192), 7), (("hunyuanvideo-1.5", "encode", 320, 192), 9)):
+        for dtype in ("fp32", "bf16"):
+            one = dict(kw, dtype=dtype, frames=frames)
+            assert est.explain(*args, coefficients=[gpu, None], **one).bytes == est.explain(*args, **one).bytes
+    key = "sd15/decode/fp32/untiled"
+    without = json.loads(PACKAGED.read_text())
+    without["structures"][key].pop("onednn_hidden_factor_batch")
+    batch = dict(dtype="fp32", batch=2, backend="onednn", allocator="glibc-fixed", os="linux")
+    for layers in ([None, without], [None, without, _without_onednn(_older(24))]):
+        with pytest.raises(ValueError, match=r"layer 2's oneDNN lines were fitted without a batch's oneDNN factor"):
+            est.explain("sd15", "decode", 512, 512, coefficients=layers, **batch)
 
 
 def test_an_older_layers_math_path_structure_never_prices_lines_of_schema_15():
@@ -572,60 +591,25 @@ def test_an_older_layers_math_path_structure_never_prices_lines_of_schema_15():
     after the packaged file the packaged structures win and price as the packaged file alone does."""
     old = _without_onednn(_older(14))
     kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux", attention="math")
+    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ \(schema 14\) would price layer 2's "
+                                         r"oneDNN lines"):  # the packaged oneDNN lines: by their rules first
+        est.explain("sd15", "encode", 1536, 1536, coefficients=[old, None], **kw)
+    gpu = _without_onednn(json.loads(PACKAGED.read_text()))  # lines of no oneDNN backend: the math path's own check
     with pytest.raises(ValueError, match=r"coefficients layer 1's structure [\w.-]+/\w+/\w+/untiled/math is of "
                                          r"schema 14, whose math-path dry runs leave out the mask the softmax holds, "
                                          rf"and layer 2's lines \(schema {est.SCHEMA_VERSION}\) are priced with it; "
                                          r"refit layer 1"):
-        est.explain("sd15", "encode", 1536, 1536, coefficients=[old, None], **kw)
+        est.explain("sd15", "encode", 1536, 1536, coefficients=[old, gpu], **dict(kw, backend="aten"))
     shipped = est.explain("sd15", "encode", 1536, 1536, **kw)
     after = est.explain("sd15", "encode", 1536, 1536, coefficients=[None, old], **kw)
     assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
 
 
-def test_a_newer_structure_serves_older_onednn_lines_by_their_schemas_factor():
-    """A file of the packaged schema without oneDNN lines (a GPU rig owner's) put first over a schema-10 file of
-    oneDNN lines: its half-precision structures win, with the factor of a CPU without AMX, but the document is
-    priced by the oneDNN lines' schema, whose lines were fitted with the AMX rule's factor: the one it takes. A
-    structure of schema 17 with a factor per knot (at most the largest, which the older lines were fitted with)
-    would price them under: refused."""
-    kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux")
-    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ holds a oneDNN factor per knot "
-                                         r"\(schema 17\), and layer 2's oneDNN lines \(schema 10\) were fitted with "
-                                         r"one for every clip length; refit layer 2 with `vaemem fit`"):
-        est.explain("sd15", "decode", 1024, 1024, coefficients=[_without_onednn(json.loads(PACKAGED.read_text())),
-                                                                _older(10)], **kw)
-    mine, ten = as_schema(_without_onednn(json.loads(PACKAGED.read_text())), 16), _older(10)
-    # the other way round: that schema-16 file's one factor (the largest) before the packaged lines of 17, fitted
-    # with one per clip length, would price them over (HunyuanVideo 1.5's bf16 clips 1.44x): refused as well
-    with pytest.raises(ValueError, match=r"coefficients layer 1's structure \S+ holds one oneDNN factor for every "
-                                         r"clip length \(schema 16\), and layer 2's oneDNN lines "
-                                         rf"\(schema {est.SCHEMA_VERSION}\) were "
-                                         r"fitted with one per knot; refit layer 1 with `vaemem fit`"):
-        est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[mine, None], **kw)
-    # the same where the newer layer lacks that structure (its lines, of 17, price it by the older one's)
-    lacking = json.loads(PACKAGED.read_text())
-    del lacking["structures"]["hunyuanvideo-1.5/encode/bf16/untiled"]
-    with pytest.raises(ValueError, match=r"coefficients layer 2's structure hunyuanvideo-1.5/encode/bf16/untiled "
-                                         r"holds one oneDNN factor for every clip length \(schema 16\)"):
-        est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[lacking, mine], **kw)
-    # a GPU rig's file of 17 without oneDNN lines layers over the packaged one: the same structures, the same price
-    gpu = _without_onednn(json.loads(PACKAGED.read_text()))
-    assert est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, coefficients=[gpu, None], **kw).bytes == \
-        est.explain("hunyuanvideo-1.5", "encode", 320, 192, frames=9, **kw).bytes
-    alone = est.explain("sd15", "decode", 1024, 1024, coefficients=ten, **kw)
-    layered = est.explain("sd15", "decode", 1024, 1024, coefficients=[mine, ten], **kw)
-    factor = ten["structures"]["sd15/decode/bf16/untiled"]["onednn_hidden_factor"]
-    assert (layered.bytes, layered.reason) == (alone.bytes, alone.reason)
-    assert f"x {factor:.4g} for the buffers oneDNN's ops hold" in layered.reason
-    shipped = est.explain("sd15", "decode", 1024, 1024, **kw)
-    assert f"x {factor:.4g} for the buffers" not in shipped.reason  # the packaged file's own: the other factor
-
-
 def test_a_structure_without_the_factor_is_refused_wherever_it_wins():
-    """After the packaged file, an older layer's structure still wins a key the packaged one lacks, and a file of
-    the packaged schema fitted from a dry-run cache without oneDNN's peaks has structures without the factor: either
-    would serve the packaged oneDNN lines at 1 (HunyuanVideo's 1.22: 0.82x), so both are refused. With the key in
-    the packaged layer the same older layer layers."""
+    """After the packaged file, another layer's structure still wins a key the packaged one lacks: one of an older
+    schema is refused by its rules, one of the packaged schema without the factor (a file fitted from a dry-run
+    cache without oneDNN's peaks) would serve the packaged oneDNN lines at 1 (HunyuanVideo's 1.22: 0.82x): refused,
+    naming the factor; first, so is a whole file of it. With the key in the packaged layer the older layer layers."""
     eight = _without_onednn(_older(8))
     nine = json.loads(PACKAGED.read_text())
     key = est.structure_key("hunyuanvideo", "decode", "fp32", False)
@@ -633,8 +617,13 @@ def test_a_structure_without_the_factor_is_refused_wherever_it_wins():
     assert (est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[nine, eight], **ONEDNN).bytes
             == est.explain("hunyuanvideo", "decode", 320, 192, coefficients=nine, **ONEDNN).bytes)
     lacking = {**nine, "structures": {k: v for k, v in nine["structures"].items() if k != key}}
-    with pytest.raises(ValueError, match=rf"coefficients layer 2's structure {key} has no onednn_hidden_factor"):
+    with pytest.raises(ValueError, match=rf"coefficients layer 2's structure {key} \(schema 8\) would price "
+                                         r"layer 1's oneDNN lines"):
         est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[lacking, eight], **ONEDNN)
+    with pytest.raises(ValueError, match=rf"coefficients layer 2's structure {key} has no onednn_hidden_factor"):
+        est.explain("hunyuanvideo", "decode", 320, 192, coefficients=[lacking, _without_onednn(
+            {**nine, "structures": {key: {k: v for k, v in nine["structures"][key].items()
+                                          if not k.startswith("onednn_hidden_factor")}}})], **ONEDNN)
     plain = json.loads(PACKAGED.read_text())
     for s in plain["structures"].values():
         s.pop("onednn_hidden_factor", None)

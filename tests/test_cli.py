@@ -78,6 +78,10 @@ def _err_line(result) -> str:
     (["estimate", "-m", "hunyuanvideo-1.5", "--op", "decode", "--res", "256x160", "--frames", "9", "--batch", "2",
       "--dtype", "bf16", "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux"],
      "hunyuanvideo-1.5 cannot decode a batch of 2 unsliced"),
+    # a rig name names a file beside the measurements: a path is refused before anything is written
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--rig", "../../etc"],
+     "bad --rig '../../etc': a rig name is a file name"),
+    (["plan", "--rig", "a/b", "--budget-min", "1"], "bad --rig 'a/b'"),
     # click's own usage errors: one line too, not a usage block and a box
     (["estimate", "-m", "sd15"], "error: Missing option '--op'. (`"),
     (["nope"], "error: No such command 'nope'."),
@@ -108,9 +112,9 @@ def test_an_option_of_one_value_given_twice_is_refused(args, option):
 
 
 def test_repeatable_options_and_a_value_that_looks_like_an_option_pass_the_check():
-    """`measure -m a -m b` is a grid of two models; the value after `--rig` is never read as an option."""
+    """`measure -m a -m b` is a grid of two models; the value after `--out` is never read as an option."""
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "-m", "tiny-wan", "--op", "decode", "--dtype", "fp32",
-                                 "--res", "64", "--rig", "-m", "--dry-run"])
+                                 "--res", "64", "--out", "-m", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "plan: 2 points x 2 runs" in result.output
 
@@ -123,6 +127,19 @@ def test_report_skips_a_malformed_line_only_when_asked(tmp_path):
     assert bad.exit_code == 2 and "m.jsonl:" in _err_line(bad) and "malformed JSON" in bad.output
     ok = runner.invoke(app, ["report", "--measurements", str(m), "--format", "json", "--skip-bad"])
     assert ok.exit_code == 0 and "skipped " in ok.output and "malformed JSON" in ok.output
+
+
+def test_report_and_plot_refuse_measurements_of_a_model_the_file_does_not_price(tmp_path):
+    """A coefficient file fitted from some of the measurements, judged on all of them: one line naming the models
+    it lacks and how to fit one that holds them (it crashed with a KeyError)."""
+    kl = tmp_path / "kl.jsonl"
+    kl.write_text("".join(line + "\n" for line in TINY.read_text().splitlines() if '"model":"tiny-kl"' in line))
+    fitted = runner.invoke(app, ["fit", "--measurements", str(kl), "--out", str(tmp_path / "kl.json")])
+    assert fitted.exit_code == 0, fitted.output
+    for args in (["report"], ["plot", "--out", str(tmp_path / "plots")]):
+        result = runner.invoke(app, [*args, "--measurements", str(TINY), "--coefficients", str(tmp_path / "kl.json")])
+        assert result.exit_code == 2, result.output
+        assert "kl.json holds no model tiny-minimax-h3, tiny-wan of the measurements" in _err_line(result)
 
 
 def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, monkeypatch):
@@ -246,7 +263,9 @@ def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     coef.write_text(co.dumps(doc))
     bad = runner.invoke(app, ["fit", *base, "--check"])
     assert bad.exit_code == 1 and "differs: group" in bad.output and "base_bytes" in bad.output
-    assert "run `vaemem fit`" in bad.output and "(1 difference)" in bad.output
+    # the fit that writes the file checked: a plain `vaemem fit` would write the packaged file from the default folder
+    assert f"run `vaemem fit --measurements {tmp_path / 'm.jsonl'} --out {coef} --exceptions none` and commit" in \
+        bad.output.replace("\n", "") and "(1 difference)" in bad.output
     coef.write_text("{not json")  # a damaged file: said so, not "formatting only"
     broken = runner.invoke(app, ["fit", *base, "--check"])
     assert broken.exit_code == 1 and "is not valid JSON" in broken.output and "formatting only" not in broken.output

@@ -165,6 +165,27 @@ def test_bad_lines_name_file_and_line(tmp_path, content, message):
         co.load_dataset([tmp_path / "m.jsonl"])
 
 
+@pytest.mark.parametrize("change,message", [
+    (dict(dtype="fp8"), r"unknown dtype 'fp8'"), (dict(op="explode"), r"unknown op 'explode'"),
+    (dict(tile="big"), r"tile must be a positive multiple of 4 px"), (dict(tile=-5), r"got -5"),
+    (dict(allocator="weird"), r"allocator 'weird' is not for cpu"), (dict(width=130), r"multiples of 4 px"),
+    (dict(frames=4), r"tiny-kl is an image model"), (dict(attention="flash"), r"unknown attention path 'flash'"),
+    (dict(rig={"name": "r", "os": "beos", "conv_backend": "onednn", "backend": "cpu"}), r"record\.os must be one of"),
+    (dict(rig={"name": "r", "os": "linux", "conv_backend": "cuda", "backend": "cpu"}), r"conv_backend must be one"),
+    (dict(demand_bytes=10**30), r"above an exbibyte"),
+])
+def test_a_line_of_a_point_that_cannot_run_or_an_unknown_key_is_refused(tmp_path, change, message):
+    """A measurement line whose point no sweep could have run (its rules: vaemem.measuring.point) or whose
+    platform key no coefficient file may hold (vaemem.estimate) is refused by name and line before anything is
+    fitted, as a malformed one is; with skip_bad it is listed and the rest fitted."""
+    good = [_record(w=s, h=s) for s in (64, 128)]
+    _write(tmp_path / "m.jsonl", [*good, {**_record(w=256, h=256), **change}])
+    with pytest.raises(VaememError, match=r"m\.jsonl:3: .*" + message):
+        co.load_dataset([tmp_path / "m.jsonl"])
+    data = co.load_dataset([tmp_path / "m.jsonl"], skip_bad=True)
+    assert [b.line for b in data.skipped] == [3] and data.runs == 2
+
+
 def test_skip_bad_lists_lines_and_fits_the_rest(tmp_path):
     good = "".join(json.dumps(_record(w=s, h=s)) + "\n" for s in (64, 128))
     (tmp_path / "m.jsonl").write_text(good + "garbage\n" + '{"schema_version": 9}\n')

@@ -275,6 +275,11 @@ def test_a_half_precision_batch_call_peak_from_the_fp32_structure_equals_a_batch
     # a batch of three from the batch of two's calls, x 3 / 2: within 1 % of its own dry run as well
     three = _half_call_truth(TraceSpec(name, op, "bf16", w, h, batch=3, frames=f))
     assert abs(est.conv_call_peak_bytes(s, w, h, f, "bf16", batch=3) - three) <= 0.01 * three
+    # below the batch's dry runs (from 128 px, the calibration domain): its samples' record, a bound above, where
+    # the batch record's end segment extended down fell under
+    small, at = TraceSpec(name, op, "bf16", 96, 96, batch=2, frames=f), est.conv_call_peak_bytes
+    assert _half_call_truth(small) <= at(s, 96, 96, f, "bf16", batch=2) == at(
+        {**s, "conv_transients": [c[:9] for c in s["conv_transients"]]}, 96, 96, f, "bf16", batch=2)
     s = derive(plain, name, op, "fp32", False)  # without the batch's dry runs: one sample's record, twice
     assert all(len(c) == 9 for c in s["conv_transients"])
     call = est.conv_call_peak_bytes(s, w, h, f, "bf16", batch=2)

@@ -173,7 +173,7 @@ def measure(
     runs in the output file's folder."""
     from vaemem.measuring import point as pt
     from vaemem.measuring.plumbing.launcher import default_launcher
-    from vaemem.measuring.child.rig import default_rig_name
+    from vaemem.measuring.child.rig import rig_name as resolve_rig_name
     from vaemem.measuring.parent.sweepfile import load_sweep
 
     budget: tuple | None = None
@@ -201,7 +201,7 @@ def measure(
         if shard_k_n:
             points = pt.shard(points, *shard_k_n)
         gpu_list = _parse_devices(devices)
-        rig_name = rig or default_rig_name(device)
+        rig_name = resolve_rig_name(rig, device)
         # a shard writes a file of its own: shards of a Slurm array or CI matrix often share a network filesystem,
         # where file locks are not to be trusted; resume, fit and report read every file of the folder
         default_name = f"{rig_name}.shard-{shard_k_n[0]}-of-{shard_k_n[1]}.jsonl" if shard_k_n else f"{rig_name}.jsonl"
@@ -453,7 +453,7 @@ def plan(
     kernel class's architectures at both ends of their range, a one-frame clip, tiles and batch where asked. Prints
     the points with their predicted minutes and writes the plan that `vaemem measure --sweep` runs."""
     from vaemem.measuring import point as pt
-    from vaemem.measuring.child.rig import default_rig_name
+    from vaemem.measuring.child.rig import rig_name as resolve_rig_name
     from vaemem.measuring.parent.runner import read_history
     from vaemem.measuring.parent.sweepfile import dumps_plan
     from vaemem.planning.cost import from_history
@@ -470,7 +470,7 @@ def plan(
             bad = [v for v in values if v not in valid]
             if bad:
                 raise VaememError(f"unknown --{name} {bad[0]!r}; choose one of: {', '.join(valid)}")
-        rig_name = rig or default_rig_name(device)
+        rig_name = resolve_rig_name(rig, device)
         history = read_history(DEFAULT_MEASUREMENTS / f"{rig_name}.jsonl")
         cost = from_history(history, rig_name, device)
         result = make_plan(budget_min, device, cost, ops, dtypes, allocs, video, tiles, batch)
@@ -593,8 +593,18 @@ def fit(
             if diffs:
                 for d in diffs:
                     typer.echo(f"differs: {d}", err=True)
+                # the fit that writes the file checked, with every option the check was given (a plain `vaemem
+                # fit` writes the packaged file from the default folder, whatever was checked)
+                mine = [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]
+                again = " ".join(["vaemem fit", *(f"--measurements {m}" for m in measurements if mine),
+                                  *([f"--out {out}"] if out.resolve() != DEFAULT_COEFFICIENTS else
+                                    ["--replace"] if mine else []),
+                                  *([f"--margin {margin:g}"] if margin != 0.05 else []),
+                                  *([f"--exceptions {exceptions}"] if exceptions != DEFAULT_EXCEPTIONS else []),
+                                  *([f"--traces {traces}"] if traces != DEFAULT_TRACES else []),
+                                  *(["--skip-bad"] if skip_bad else [])])
                 raise VaememError(f"{out} is not what the measurements give ({_count(len(diffs), 'difference')}); "
-                                  f"run `vaemem fit` and commit the result", 1)
+                                  f"run `{again}` and commit the result", 1)
             doc = result.document
             typer.echo(f"{out} is reproducible from {data.runs} runs ({len(doc['groups'])} pixel-line groups, "
                        f"{len(doc['calibrations'])} calibrations, {len(doc['structures'])} structures)")
@@ -808,10 +818,12 @@ def estimate_cmd(
         typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
                    f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels")
     if fit is not None:
+        # rounded up as the reservation above: a price shown at the budget does not fit it where it is above it
+        up = lambda b: math.ceil(b / MIB)  # noqa: E731
         untiled = "untiled refused" if fit["untiled_bytes"] is None else \
-            f"untiled {fit['untiled_bytes'] / MIB:.0f} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
-        tiles = ", ".join(f"{t}: {b / MIB:.0f}" for t, b in fit["priced"].items()) or "none smaller than the image"
-        best = (f"largest tile that fits: {fit['tile']} px ({fit['tile_bytes'] / MIB:.0f} MiB)" if fit["tile"]
+            f"untiled {up(fit['untiled_bytes'])} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
+        tiles = ", ".join(f"{t}: {up(b)}" for t, b in fit["priced"].items()) or "none smaller than the image"
+        best = (f"largest tile that fits: {fit['tile']} px ({up(fit['tile_bytes'])} MiB)" if fit["tile"]
                 else "no tile fits")
         typer.echo(f"budget {budget:g} MiB: {untiled}; {best} (tiles priced, MiB: {tiles}; spatial tiling only)")
     _exit_unless_fits(fit)
@@ -835,10 +847,15 @@ def _load_measurements(measurements: list[Path], skip_bad: bool) -> Any:
 
 
 def _load_fit(measurements: list[Path], coefficients: Path, skip_bad: bool = False) -> tuple[Any, dict]:
-    """The measurements (:func:`_load_measurements`) and a coefficient file."""
+    """The measurements (:func:`_load_measurements`) and a coefficient file that prices every model they hold."""
     from vaemem.fit.coefficients import read_coefficients
 
-    return _load_measurements(measurements, skip_bad), read_coefficients(coefficients)
+    data, coef = _load_measurements(measurements, skip_bad), read_coefficients(coefficients)
+    lacking = sorted({p.point["model"] for _, pts in data.groups.values() for p in pts} - set(coef["models"]))
+    if lacking:
+        raise VaememError(f"{coefficients} holds no model {', '.join(lacking)} of the measurements: judge a file "
+                          f"with the measurements it was fitted from (`vaemem fit --measurements ... --out FILE`)")
+    return data, coef
 
 
 @app.command()
@@ -964,14 +981,14 @@ def bench_conv3d(
     from vaemem.conv3d import bench as b
     from vaemem.measuring.plumbing.launcher import default_launcher
     from vaemem.measuring.point import parse_res
-    from vaemem.measuring.child.rig import default_rig_name
+    from vaemem.measuring.child.rig import rig_name as resolve_rig_name
 
     try:
         w, h = parse_res(res)
         rc = tiles.lower().split("x")
         if len(rc) != 2 or not all(v.isdigit() for v in rc):
             raise VaememError(f"bad --tiles {tiles!r}: write RxC, e.g. 1x2")
-        rig_name = rig or default_rig_name(device)
+        rig_name = resolve_rig_name(rig, device)
         records = b.bench(model, conv3d, method=method, frames=frames, width=w, height=h,
                           tiles=(int(rc[0]), int(rc[1])), dtype=dtype, runs=runs, device=device,
                           out=out or Path("measurements/conv3d") / f"{rig_name}.jsonl", rig=rig_name,

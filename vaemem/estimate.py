@@ -212,7 +212,7 @@ CHANNELS_LAST_CALL_SCHEMA = 24  # the first whose call peaks hold a channels-las
 # whose half-precision factors a mean's fp32 copies in place of its output)
 BATCH_FACTOR_SCHEMA = 25  # the first whose image structures may carry a oneDNN factor of a batch
 BATCH_CALL_SCHEMA = 26  # the first whose image structures may carry the live bytes at a batch's convolution calls
-BATCH_LIVE_SAMPLES = 2  # the samples of those calls (vaemem.tracing.structure.BATCH_KNOT)
+BATCH_LIVE_SAMPLES = 2  # the samples of those calls and of the batch dry runs (structure.batch_grid)
 LEAST_DRY_SCHEMA = 20  # the first schema whose lines may carry dry_bytes_min
 BATCH_CALL_PEAK_SCHEMA = 21  # the first whose half-precision lines without AMX price a batch in its call peak
 HALF_CALL_PEAK_SCHEMA = 19  # the first whose untiled half-precision lines without AMX are in the call peak
@@ -430,7 +430,9 @@ def _layer(docs: list) -> dict:
     calibration (a rig owner's fit of flux1 replaces the shipped flux1 line, and keeps the shipped lines of the
     architectures it did not measure). A calibration's pooled class line is the one of the layer whose calibration
     holds the most architectures (the first on a tie), and its ``transfer_lines`` with it: they price transfer,
-    so the widest pool sets them."""
+    so the widest pool sets them. The oneDNN lines are priced by one schema's rules: layers holding them share
+    them, and a structure that serves them comes from a layer of those rules (a GPU rig owner's file of an older
+    or newer vaemem layers after the packaged one, not before it)."""
     # the oneDNN lines changed meaning at schemas 8 (AMX apart), 9 (in the dry run with oneDNN's buffers, untiled)
     # 10 (tiled as well) and 11 (half precision without AMX by its own rule), and the document prices them by one
     # schema's contract: the layers holding them must share it (only those lines read the schema). The first layer's
@@ -463,8 +465,10 @@ def _layer(docs: list) -> dict:
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
     out["schema_version"] = min(d["schema_version"] for d in docs)
-    reads_batch = out["schema_version"] >= BATCH_FACTOR_SCHEMA  # a batch's factors are read (_Plan.hidden_at)
-    reads_calls = out["schema_version"] >= BATCH_CALL_SCHEMA  # and a batch's calls' live bytes (_Plan.calls)
+    # the schema the oneDNN lines are priced by (the document's, below): a batch's factors are read from 25
+    # (_Plan.hidden_at), a batch's calls' live bytes from 26 (_Plan.calls), whatever another layer's schema
+    priced = docs[onednn[0]]["schema_version"] if onednn else out["schema_version"]
+    reads_batch, reads_calls = priced >= BATCH_FACTOR_SCHEMA, priced >= BATCH_CALL_SCHEMA
     # per factor, the oneDNN layers whose schema prices their lines with it, and whether their structures carry it
     # (what their lines were fitted with): a winning structure must carry it exactly where they do. Without it
     # their lines would be priced at 1 (the AMX rule's, for the factor without AMX); with it where they were fitted
@@ -476,6 +480,17 @@ def _layer(docs: list) -> dict:
     for i, d in enumerate(docs):
         for key, st in d.get("structures", {}).items():
             winner.setdefault(key, (i, st))
+    # a structure serves every layer's lines, a oneDNN layer's by the rules of that layer's schema: one of a layer of
+    # other rules (a GPU rig owner's file of aten or cuDNN lines as well) would price them by numbers they were not
+    # fitted with (22 and 24 changed the factors and the calls' live bytes in the same fields: a newer aten layer's
+    # structure priced Mochi's fp32 encode of an older oneDNN layer at 0.51x that layer's own price)
+    for key, (i, st) in sorted(winner.items()):
+        for j in onednn:
+            if j != i and rule(docs[i]["schema_version"]) != rule(docs[j]["schema_version"]):
+                stale = min(i, j, key=lambda x: docs[x]["schema_version"])
+                raise ValueError(f"coefficients layer {i + 1}'s structure {key} (schema {docs[i]['schema_version']}) "
+                                 f"would price layer {j + 1}'s oneDNN lines (schema {docs[j]['schema_version']}), "
+                                 f"which were fitted by other rules; refit layer {stale + 1} with `vaemem fit`")
     # from schema 15 the math path's dry runs count the mask its softmax holds: lines of 15 priced with an older
     # layer's math-path structure, which does not, would be priced under (SD1.5's 1536 px encode: 0.94x)
     newer = [j for j, d in enumerate(docs) if d["schema_version"] >= ATTENTION_APART_SCHEMA and d["_calib"]]
@@ -524,26 +539,6 @@ def _layer(docs: list) -> dict:
                              f"{'lacks' if lacks == i else 'carries'} the live bytes at its convolutions' calls, "
                              f"which layer {j + 1}'s oneDNN lines were fitted {'with' if lacks == i else 'without'}; "
                              f"refit layer {lacks + 1} with `vaemem fit`")
-    # the factors a structure carries must be those the oneDNN lines were fitted with (checked after the fields
-    # above, which an older layer lacks): one number for lines older than 17 (a list, at most the largest, would
-    # price them under), and for lines of 17 a video structure of 17 (an older layer's one number for every clip
-    # length, the largest, would price them over: HunyuanVideo 1.5's bf16 clips 1.44x)
-    newer = [j for j in onednn if docs[j]["schema_version"] >= PER_KNOT_SCHEMA]
-    older = [j for j in onednn if docs[j]["schema_version"] < PER_KNOT_SCHEMA]
-    for key, (i, st) in sorted(winner.items()):
-        if "/untiled" not in key:
-            continue
-        if older and any(isinstance(st.get(f), list) for f in HIDDEN_FACTORS):
-            raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds a oneDNN factor per knot (schema "
-                             f"{PER_KNOT_SCHEMA}), and layer {older[0] + 1}'s oneDNN lines (schema "
-                             f"{docs[older[0]]['schema_version']}) were fitted with one for every clip length; "
-                             f"refit layer {older[0] + 1} with `vaemem fit`")
-        if newer and docs[i]["schema_version"] < PER_KNOT_SCHEMA and len(st.get("knots", [1])) > 1 \
-                and any(f in st for f in HIDDEN_FACTORS):
-            raise ValueError(f"coefficients layer {i + 1}'s structure {key} holds one oneDNN factor for every clip "
-                             f"length (schema {docs[i]['schema_version']}), and layer {newer[0] + 1}'s oneDNN lines "
-                             f"(schema {docs[newer[0]]['schema_version']}) were fitted with one per knot; refit "
-                             f"layer {i + 1} with `vaemem fit`")
     models: dict = {}
     groups: dict = {}
     calibrations: dict = {}
@@ -884,6 +879,12 @@ def _check_keys(d: dict, where: str, amx: bool) -> None:
               "(onednn-amx is a key from schema 8)", d["conv_backend"])
         _need(d["dtype"] != "fp32", f"{where}.conv_backend", "half precision only (fp32 on a CPU with AMX runs as "
               "onednn)", d["conv_backend"])
+
+
+def check_key(key: dict, where: str) -> None:
+    """Raise ValueError where a group key (a measurement's: :data:`GROUP_KEYS`) names a choice no coefficient file
+    may hold (``where`` names it in the message): what ``vaemem fit`` refuses before it writes a file."""
+    _check_keys(key, where, amx=True)
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
@@ -2009,9 +2010,6 @@ class _Plan:
         # 12, half precision's without AMX from 19
         since = CALL_PEAK_SCHEMA if dtype == "fp32" else HALF_CALL_PEAK_SCHEMA
         self.calls = copy_s if coef["schema_version"] >= since and _call_peaks(copy_s or {}) else None
-        if self.calls is not None and _batch_calls(self.calls) and coef["schema_version"] < BATCH_CALL_SCHEMA:
-            # a layered older document's lines price a batch's calls as its samples' (the structure newer)
-            self.calls = {**self.calls, "conv_transients": [c[:9] for c in self.calls["conv_transients"]]}
         self.batched = coef["schema_version"] >= BATCH_CALL_PEAK_SCHEMA  # a half-precision batch's too (call_peak)
         self.dtype = dtype
         self.backend = backend
@@ -2684,8 +2682,8 @@ def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = Fals
     ``half``: in half precision, where every call runs on oneDNN and copies its weight; of a ``batch``, whose input
     the rule reads ``batch`` x one sample's elements of (N x C x the next two dims), where those pass the
     channels-last threshold, and whose live bytes are ``batch`` x one sample's, or, where the structure carries the
-    live bytes at a batch's calls (schema 26, an image architecture's tenth field), ``batch`` / 2 x those: a 2-D
-    batch's calls hold no output reorder."""
+    live bytes at a batch's calls (schema 26, an image architecture's tenth field), ``batch`` / 2 x those from their
+    smallest size on: a 2-D batch's calls hold no output reorder."""
     i, u = _segment(s["knots"], frames)
     j = i - 1 if i and u != 1 else i  # the segment's first knot, or the knot itself at one
     pixels, half_perimeter = width * height, (width + height) / 2
@@ -2703,7 +2701,11 @@ def _conv_calls(s: dict, width: int, height: int, frames: int, half: bool = Fals
         return max(0.0, lo + (hi - lo) * u)
 
     for w, rank, rule, cols, last, rule_min, cols_min, *lives in s["conv_transients"]:
-        live = 0.0 if not lives else polyline(lives[2]) * batch / BATCH_LIVE_SAMPLES if batch > 1 and len(lives) > 2 \
+        # a batch's own record from its smallest size on; below it (the batch dry runs start in the calibration
+        # domain) its samples' (over: SD1.5's bf16 decode at 64 px in two, the batch record's end segment
+        # extended down priced 0.87x its dry run's call peak, its samples' 1.15x)
+        own = batch > 1 and len(lives) > 2 and bool(at := lives[2][i] or lives[2][j]) and pixels >= at[0][0]
+        live = 0.0 if not lives else polyline(lives[2]) * batch / BATCH_LIVE_SAMPLES if own \
             else batch * polyline(lives[0])
         read = height if rank == 5 else pixels  # what the rule's law is in: a 3-D input's width is not read
         elements = law(rule, read)

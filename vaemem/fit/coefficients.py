@@ -22,11 +22,13 @@ from typing import Any
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
 from vaemem.estimate import (AMX_BACKEND, DOMAIN_MIN_FRAME_PIXELS, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS,
-                             calibration_bytes, group_id, transfer_bytes, transfer_line, variant_key, variant_parts)
+                             calibration_bytes, check_key, group_id, transfer_bytes, transfer_line, variant_key,
+                             variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_lower, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
-from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, variant_suffix
+from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, Point, variant_suffix
+from vaemem.measuring.point import validate as validate_point
 
 # A group of variant points (``.../untiled/sliced``) enters the calibrations through its dry runs and gets no pixel
 # line.
@@ -116,8 +118,13 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
                    "os": rig["os"], "tiled": r["tile"] is not None}
             ident = (rig["name"], r["point_key"])
             demand, pixels = int(r["demand_bytes"]), int(r["pixels"])
+            # a point that cannot run, or a key no coefficient file may hold, is no measurement (the rules of a
+            # point and of a key have one owner each: vaemem.measuring.point, vaemem.estimate)
+            validate_point(Point.from_dict({**VARIANT_DEFAULTS, **r}))
+            check_key(key, "record")
         except (KeyError, TypeError, ValueError, VaememError) as e:
-            bad = BadLine(path, no, f"record lacks a usable field ({e})")
+            what = "lacks a usable field" if isinstance(e, (KeyError, TypeError)) else "holds an unusable value"
+            bad = BadLine(path, no, f"record {what} ({e})")
             if not skip_bad:
                 raise VaememError(str(bad)) from None
             skipped.append(bad)

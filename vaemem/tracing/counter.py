@@ -109,13 +109,23 @@ def _any_channels_last(args: Any, kwargs: Any) -> bool:
 _KEEPS_FORMAT_ON_CPU = {torch.ops.aten.replication_pad3d.default, torch.ops.aten.reflection_pad3d.default}
 
 
+# The backends torch takes for a half-precision CPU convolution only on a host whose oneDNN cannot run it
+_HOST_ONLY_BACKENDS = {torch._C._ConvBackend.Slow2d, torch._C._ConvBackend.Slow3d,
+                       torch._C._ConvBackend.SlowDilated2d, torch._C._ConvBackend.SlowDilated3d}
+
+
 def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
     """``out`` of a meta op whose input is channels-last, with the strides the CPU gives it. Why: the meta kernels
     know no backend, and some return contiguous outputs where the CPU keeps a channels-last input's format: a
     convolution that oneDNN runs (decided by torch's own rule, its meta function run on fake CPU tensors, about 1
     ms), a replication or reflection pad. HunyuanVideo 1.5's attention permutes its output to
     channels-last, and on the CPU every convolution after it then runs channels-last where its 1x1 projection ran
-    on oneDNN, copying its weight twice (the dry run saw none of it)."""
+    on oneDNN, copying its weight twice (the dry run saw none of it).
+
+    The CPU is one whose oneDNN runs half precision, as every CPU rig's that measured it (AVX512-BF16, AMX),
+    whatever this host: on one without (AVX2), torch runs a half-precision convolution on its own path, whose
+    output is contiguous where oneDNN's keeps a channels-last input's format (Mochi's bf16 encode at 128x128 x 7:
+    the dry run with oneDNN's buffers rose from 78.2 to 97.7 MB on such a host). A dry run is the same on any host."""
     global _FAKE_CPU
     if func is _CONVOLUTION:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -125,7 +135,13 @@ def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
         with _FAKE_CPU:
             fake = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cpu")
                     if isinstance(a, torch.Tensor) else a for a in args]
-            want = _CONVOLUTION(*fake).stride()
+            backend = torch._C._select_conv_backend(*fake)
+            if fake[0].dtype in _HALF and fake[1].dim() > 3 and backend in _HOST_ONLY_BACKENDS:
+                fmt = torch._C._conv_determine_backend_memory_format(fake[0], fake[1], torch._C._ConvBackend.Mkldnn)
+                shape = tuple(out.shape)
+                want = contiguous_strides(shape) if fmt == torch.contiguous_format else channels_last_strides(shape)
+            else:
+                want = _CONVOLUTION(*fake).stride()
     elif func in _KEEPS_FORMAT_ON_CPU:
         want = channels_last_strides(tuple(out.shape))
     else:

@@ -190,7 +190,9 @@ def grid(name: str, op: str, dtype: str, tiled: bool, attention: str = "fused") 
             for f in frame_knots(spec) for w, h in sizes]
 
 
-BATCH_KNOT = 2  # the batch of the dry runs an image structure's oneDNN factors of a batch come from
+# the batch of the dry runs an image structure's oneDNN factors of a batch and its calls' live bytes come from
+# (the estimator, which scales those live bytes by batch / it, owns the number)
+BATCH_KNOT = est.BATCH_LIVE_SAMPLES
 
 
 def batch_grid(name: str, op: str, dtype: str) -> list[TraceSpec]:
@@ -723,6 +725,10 @@ def _batch_entries(entries: list[dict[str, Any]], name: str, op: str, dtype: str
     want = [g.key for g in batch_grid(name, op, dtype)]  # as derive's filter: the grid's very dry runs
     got = {k: e for e in entries if e["spec"]["model"] == name and e["spec"]["batch"] == BATCH_KNOT
            for k in [TraceSpec.from_dict(e["spec"]).key] if k in want}
+    for k, e in got.items():  # as derive's: an older vaemem's records lack the live bytes read here
+        if any(len(c) != CONV_INPUT_FIELDS for c in e.get("conv_inputs") or []):
+            raise ValueError(f"the dry run {k} holds an older vaemem's conv_inputs: re-run it "
+                             f"(`vaemem trace --zoo --record`)")
     return [got[k] for k in want] if want and len(got) == len(want) else []
 
 

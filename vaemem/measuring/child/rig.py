@@ -20,6 +20,20 @@ def default_rig_name(device: str) -> str:
     return f"{host}-{device.split(':')[0]}"
 
 
+def rig_name(given: str | None, device: str) -> str:
+    """The rig name of a sweep or plan: ``given``, else :func:`default_rig_name`. It names a file beside the
+    measurements (``<rig>.jsonl``), so it is a file name: letters, digits, ``.``, ``_`` and ``-``, not starting
+    with a dot. Raises VaememError otherwise."""
+    from vaemem.errors import VaememError
+
+    if given is None:
+        return default_rig_name(device)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", given):
+        raise VaememError(f"bad --rig {given!r}: a rig name is a file name of letters, digits, '.', '_' and '-' "
+                          f"(e.g. build7-cuda), at most 100 characters")
+    return given
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:

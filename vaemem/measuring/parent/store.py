@@ -115,6 +115,9 @@ STATUSES = ("ok", "oom", "crash", "timeout", "error", "skipped-after-oom", "drop
 _POSITIVE = ("width", "height", "batch", "frames")
 
 
+MAX_DEMAND_BYTES = 2**60  # no rig holds an exbibyte: a larger demand is a damaged line
+
+
 def _check(record: Any) -> str | None:
     """Why ``record`` is unusable, or None. A measurement line (no ``kind``) must carry its point, identity,
     status and rig name with the right types, and a non-negative integer demand when ok."""
@@ -141,6 +144,8 @@ def _check(record: Any) -> str | None:
     demand = record.get("demand_bytes")
     if record["status"] == "ok" and (not isinstance(demand, int) or isinstance(demand, bool) or demand < 0):
         return f"an ok run needs a non-negative integer demand_bytes, got {demand!r}"
+    if record["status"] == "ok" and demand > MAX_DEMAND_BYTES:
+        return f"demand_bytes {demand} is above an exbibyte: no machine measured it"
     if not isinstance(record.get("rig"), dict) or not isinstance(record["rig"].get("name"), str):
         return "rig.name missing"
     return None
