@@ -308,9 +308,12 @@ def test_estimate_budget_on_the_cli():
     assert f"largest tile that fits: {r['tile']} px" in res.output and "spatial tiling only" in res.output
     # every price the budget line shows is rounded up as the reservation is: a budget a MiB short of the untiled
     # price reads "untiled <that price> does not fit" (it read one MiB less, as the budget itself)
-    untiled = math.ceil(est.explain("flux1", "decode", 2048, 2048, **GPU).bytes / MIB)
-    res = runner.invoke(app, ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "bf16",
-                              "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--budget",
+    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    priced = est.explain("flux1", "decode", 2048, 2048, **cpu).bytes / MIB
+    untiled = math.ceil(priced)
+    assert untiled - priced > 0.5  # rounded to the nearest, the line would read the budget itself
+    res = runner.invoke(app, ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "fp32",
+                              "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux", "--budget",
                               str(untiled - 1)])
     assert f"{untiled} MiB for flux1" in res.output
     assert f"budget {untiled - 1} MiB: untiled {untiled} MiB does not fit" in res.output
@@ -603,6 +606,19 @@ def test_an_older_layers_math_path_structure_never_prices_lines_of_schema_15():
     shipped = est.explain("sd15", "encode", 1536, 1536, **kw)
     after = est.explain("sd15", "encode", 1536, 1536, coefficients=[None, old], **kw)
     assert (after.bytes, after.reason) == (shipped.bytes, shipped.reason)
+
+
+def test_a_structure_without_the_live_bytes_at_its_calls_never_serves_lines_fitted_with_them():
+    """A file of the packaged schema whose fp32 video structure lists its convolutions without the live bytes at
+    their calls (a fit from a dry-run cache without them: 7 fields) put first would price the packaged oneDNN
+    lines, fitted in the call peak, without it: refused, naming the structure and the layer to refit."""
+    plain = _without_onednn(json.loads(PACKAGED.read_text()))
+    key = est.structure_key("ltx-2", "decode", "fp32", False)
+    plain["structures"][key]["conv_transients"] = [c[:7] for c in plain["structures"][key]["conv_transients"]]
+    with pytest.raises(ValueError, match=rf"coefficients layer 1's structure {key} lacks the live bytes at its "
+                                         r"convolutions' calls, which layer 2's oneDNN lines were fitted with; "
+                                         r"refit layer 1"):
+        est.explain("ltx-2", "decode", 320, 192, coefficients=[plain, None], **ONEDNN)
 
 
 def test_a_structure_without_the_factor_is_refused_wherever_it_wins():

@@ -18,7 +18,7 @@ from vaemem.fit import coefficients as co
 from vaemem.fit.envelope import MIB
 from vaemem.models.zoo import get_spec
 from vaemem.tracing import cache as tc
-from vaemem.tracing.structure import derive, derive_all, grid
+from vaemem.tracing.structure import batch_grid, derive, derive_all, grid
 from vaemem.tracing.trace import TraceSpec, trace
 from conftest import FP32_VIDEO_DECODE, as_schema, scale_slope, unmeasured
 
@@ -358,8 +358,6 @@ def test_an_image_structures_batch_factor_is_its_batch_dry_runs_largest_ratio():
     two samples at its grid's sizes in the calibration domain (:func:`batch_grid`), the largest ratio of the peak with
     oneDNN's buffers to the plain one, rounded up to 1e-4; without those dry runs (an older cache) it has none and
     a batch is priced with one sample's factor; a video architecture has no batch grid."""
-    from vaemem.tracing.structure import batch_grid
-
     def entries(specs):
         return [{"spec": r.spec.to_dict(), "peak_bytes": r.peak_bytes, "output_bytes": r.output_bytes,
                  "onednn_peak_bytes": r.onednn_peak_bytes, "onednn_peak_bytes_no_amx": r.onednn_peak_bytes_no_amx}
@@ -1869,3 +1867,16 @@ def test_calibrate_judges_a_tiled_class_by_the_tiled_rule(committed_structures, 
     cals = co.calibrate(data, committed_structures, 0.05)
     assert len(seen) == len(cals) and {c["tiled"] for c in cals} == {True, False}
     assert seen == [c["tiled"] for c in cals]
+
+
+def test_a_batch_dry_run_of_an_older_vaemem_is_refused_by_name():
+    """A batch dry run whose convolution records lack the live bytes (an older vaemem's 10 fields) is refused as
+    one sample's is, naming it, not read past its end."""
+    from vaemem.tracing.structure import _batch_entries
+
+    entries = [{"spec": s.to_dict(), "conv_inputs": [[0] * 10]} for s in batch_grid("tiny-kl", "decode", "fp32")]
+    with pytest.raises(ValueError, match=r"the dry run tiny-kl/decode/fp32/\S+/b2/\S+ holds an older vaemem's "
+                                         r"conv_inputs: re-run it"):
+        _batch_entries(entries, "tiny-kl", "decode", "fp32")
+    entries = [{**e, "conv_inputs": [[0] * 12]} for e in entries]
+    assert len(_batch_entries(entries, "tiny-kl", "decode", "fp32")) == 2

@@ -68,6 +68,21 @@ def test_fp32_dry_runs_count_onednns_reorders_as_real_tensors_do(spec, reorders)
         assert real.onednn_peak_bytes_no_amx == real.peak_bytes  # no copy of a channels-last input
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_convolution_keeps_a_channels_last_input_format_on_any_host(dtype):
+    """The dry run's CPU runs half precision on oneDNN (the rigs' CPUs), which keeps a channels-last input's format:
+    so on a host whose oneDNN has no bf16 (AVX2), where torch's own path gives a contiguous output, as on one that
+    has it (the committed dry runs were made there)."""
+    from vaemem.tracing.counter import _as_on_cpu, channels_last_strides
+
+    conv = torch.ops.aten.convolution.default
+    x = torch.empty(1, 8, 3, 16, 16, dtype=dtype, device="meta").to(memory_format=torch.channels_last_3d)
+    args = (x, torch.empty(8, 8, 3, 3, 3, dtype=dtype, device="meta"), None, [1, 1, 1], [0, 0, 0], [1, 1, 1], False,
+            [0, 0, 0], 1)
+    out = _as_on_cpu(conv, args, {}, conv(*args))
+    assert tuple(out.stride()) == channels_last_strides(tuple(out.shape))
+
+
 @pytest.mark.parametrize("spec", [
     _spec("tiny-kl", "decode", width=128, height=96, tile=32),
     _spec("tiny-kl", "encode", width=128, height=96, tile=32),

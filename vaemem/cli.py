@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -596,12 +597,13 @@ def fit(
                 # the fit that writes the file checked, with every option the check was given (a plain `vaemem
                 # fit` writes the packaged file from the default folder, whatever was checked)
                 mine = [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]
-                again = " ".join(["vaemem fit", *(f"--measurements {m}" for m in measurements if mine),
-                                  *([f"--out {out}"] if out.resolve() != DEFAULT_COEFFICIENTS else
+                q = lambda v: shlex.quote(str(v))  # noqa: E731
+                again = " ".join(["vaemem fit", *(f"--measurements {q(m)}" for m in measurements if mine),
+                                  *([f"--out {q(out)}"] if out.resolve() != DEFAULT_COEFFICIENTS else
                                     ["--replace"] if mine else []),
-                                  *([f"--margin {margin:g}"] if margin != 0.05 else []),
-                                  *([f"--exceptions {exceptions}"] if exceptions != DEFAULT_EXCEPTIONS else []),
-                                  *([f"--traces {traces}"] if traces != DEFAULT_TRACES else []),
+                                  *([f"--margin {margin!r}"] if margin != 0.05 else []),
+                                  *([f"--exceptions {q(exceptions)}"] if exceptions != DEFAULT_EXCEPTIONS else []),
+                                  *([f"--traces {q(traces)}"] if traces != DEFAULT_TRACES else []),
                                   *(["--skip-bad"] if skip_bad else [])])
                 raise VaememError(f"{out} is not what the measurements give ({_count(len(diffs), 'difference')}); "
                                   f"run `{again}` and commit the result", 1)

@@ -384,7 +384,8 @@ def load(path: object = None) -> dict:
     """The coefficient document to price from, read and validated once, then cached: ``path`` a file (str or
     path-like), a dict (validated once, when first priced, on a copy: edit a copy and pass that; the last
     :data:`DICTS_KEPT` are kept), a list of them (layered: the first that has a group, calibration,
-    structure or model wins, so ``[mine, None]`` puts a rig owner's own fit over the packaged one), or None (the
+    structure or model wins, so ``[mine, None]`` puts a rig owner's own fit of this vaemem over the packaged one;
+    a fit of another vaemem's schema goes after it, ``[None, mine]``: see :func:`_layer`), or None (the
     embedded document of an exported module, else :func:`default_coefficients_path`). Refuses an unknown or newer
     schema and any malformed field (ValueError)."""
     if isinstance(path, dict):
@@ -465,10 +466,6 @@ def _layer(docs: list) -> dict:
     out = {k: v for k, v in docs[0].items() if not k.startswith("_")}  # the first layer's margin, as its lines
     # checked as the oldest layer's fields allow (each layer was checked against its own schema on reading)
     out["schema_version"] = min(d["schema_version"] for d in docs)
-    # the schema the oneDNN lines are priced by (the document's, below): a batch's factors are read from 25
-    # (_Plan.hidden_at), a batch's calls' live bytes from 26 (_Plan.calls), whatever another layer's schema
-    priced = docs[onednn[0]]["schema_version"] if onednn else out["schema_version"]
-    reads_batch, reads_calls = priced >= BATCH_FACTOR_SCHEMA, priced >= BATCH_CALL_SCHEMA
     # per factor, the oneDNN layers whose schema prices their lines with it, and whether their structures carry it
     # (what their lines were fitted with): a winning structure must carry it exactly where they do. Without it
     # their lines would be priced at 1 (the AMX rule's, for the factor without AMX); with it where they were fitted
@@ -490,7 +487,8 @@ def _layer(docs: list) -> dict:
                 stale = min(i, j, key=lambda x: docs[x]["schema_version"])
                 raise ValueError(f"coefficients layer {i + 1}'s structure {key} (schema {docs[i]['schema_version']}) "
                                  f"would price layer {j + 1}'s oneDNN lines (schema {docs[j]['schema_version']}), "
-                                 f"which were fitted by other rules; refit layer {stale + 1} with `vaemem fit`")
+                                 f"which were fitted by other rules; refit layer {stale + 1} with `vaemem fit`, or "
+                                 f"put layer {i + 1} after layer {j + 1}")
     # from schema 15 the math path's dry runs count the mask its softmax holds: lines of 15 priced with an older
     # layer's math-path structure, which does not, would be priced under (SD1.5's 1536 px encode: 0.94x)
     newer = [j for j, d in enumerate(docs) if d["schema_version"] >= ATTENTION_APART_SCHEMA and d["_calib"]]
@@ -515,14 +513,15 @@ def _layer(docs: list) -> dict:
                 raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without {f}, which layer "
                                  f"{i + 1}'s structure {key} would price them with; refit layer {j + 1} with "
                                  f"`vaemem fit` (from a dry-run cache with {cached})")
-        # a batch's factor (schema 25, read where every layer is of 25): a layer whose own structure of this key
-        # lacks it fitted its batch rows in one sample's factor, and the winner's would price its lines under (the
-        # other way round, one sample's factor prices lines fitted with a batch's: over)
+        # a batch's factor (from schema 25; a winning structure is of the oneDNN lines' rules, above): a layer
+        # whose own structure of this key lacks it fitted its batch rows in one sample's factor, and the winner's
+        # would price its lines under (the other way round, one sample's factor prices lines fitted with a
+        # batch's: over); the same for a batch's calls' live bytes (26)
         for j in onednn:
             own = docs[j].get("structures", {}).get(key)
-            if reads_batch and j != i and own is not None and (any(
+            if j != i and own is not None and (any(
                     f + BATCH_SUFFIX in st and f + BATCH_SUFFIX not in own for f in HIDDEN_FACTORS)
-                    or (reads_calls and _batch_calls(st) and not _batch_calls(own))):
+                    or (_batch_calls(st) and not _batch_calls(own))):
                 raise ValueError(f"coefficients layer {j + 1}'s oneDNN lines were fitted without a batch's oneDNN "
                                  f"factor or its calls' live bytes, which layer {i + 1}'s structure {key} would price "
                                  f"them with; refit layer {j + 1} with `vaemem fit` (from a dry-run cache with the "

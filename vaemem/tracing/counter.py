@@ -109,9 +109,12 @@ def _any_channels_last(args: Any, kwargs: Any) -> bool:
 _KEEPS_FORMAT_ON_CPU = {torch.ops.aten.replication_pad3d.default, torch.ops.aten.reflection_pad3d.default}
 
 
-# The backends torch takes for a half-precision CPU convolution only on a host whose oneDNN cannot run it
-_HOST_ONLY_BACKENDS = {torch._C._ConvBackend.Slow2d, torch._C._ConvBackend.Slow3d,
-                       torch._C._ConvBackend.SlowDilated2d, torch._C._ConvBackend.SlowDilated3d}
+# The backends torch takes for a half-precision CPU convolution only on a host whose oneDNN cannot run it, and
+# oneDNN's in their place (a transposed one is left to the host: torch binds no oneDNN transposed backend to
+# Python, and no zoo model has one)
+_B = torch._C._ConvBackend
+_HOST_ONLY_BACKENDS = {_B.Slow2d: _B.Mkldnn, _B.Slow3d: _B.Mkldnn, _B.SlowDilated2d: _B.Mkldnn,
+                       _B.SlowDilated3d: _B.Mkldnn}
 
 
 def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
@@ -122,7 +125,8 @@ def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
     channels-last, and on the CPU every convolution after it then runs channels-last where its 1x1 projection ran
     on oneDNN, copying its weight twice (the dry run saw none of it).
 
-    The CPU is one whose oneDNN runs half precision, as every CPU rig's that measured it (AVX512-BF16, AMX),
+    The CPU is one whose oneDNN runs half precision, bf16 as every CPU rig's that measured it (AVX512-BF16, AMX)
+    and fp16 as well (no rig measured fp16; an AVX512-BF16 CPU without AVX512-FP16 runs it on torch's own path),
     whatever this host: on one without (AVX2), torch runs a half-precision convolution on its own path, whose
     output is contiguous where oneDNN's keeps a channels-last input's format (Mochi's bf16 encode at 128x128 x 7:
     the dry run with oneDNN's buffers rose from 78.2 to 97.7 MB on such a host). A dry run is the same on any host."""
@@ -137,7 +141,7 @@ def _as_on_cpu(func: Any, args: Any, kwargs: Any, out: Any) -> Any:
                     if isinstance(a, torch.Tensor) else a for a in args]
             backend = torch._C._select_conv_backend(*fake)
             if fake[0].dtype in _HALF and fake[1].dim() > 3 and backend in _HOST_ONLY_BACKENDS:
-                fmt = torch._C._conv_determine_backend_memory_format(fake[0], fake[1], torch._C._ConvBackend.Mkldnn)
+                fmt = torch._C._conv_determine_backend_memory_format(fake[0], fake[1], _HOST_ONLY_BACKENDS[backend])
                 shape = tuple(out.shape)
                 want = contiguous_strides(shape) if fmt == torch.contiguous_format else channels_last_strides(shape)
             else:
