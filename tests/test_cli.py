@@ -82,6 +82,8 @@ def _err_line(result) -> str:
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--rig", "../../etc"],
      "bad --rig '../../etc': a rig name is a file name"),
     (["plan", "--rig", "a/b", "--budget-min", "1"], "bad --rig 'a/b'"),
+    # a plan is TOML, and measure --sweep reads a file by its suffix: plan.jsonl could not be run
+    (["plan", "--budget-min", "1", "--out", "plan.jsonl"], "--out plan.jsonl: a plan is a TOML sweep file"),
     # click's own usage errors: one line too, not a usage block and a box
     (["estimate", "-m", "sd15"], "error: Missing option '--op'. (`"),
     (["nope"], "error: No such command 'nope'."),

@@ -461,6 +461,8 @@ def plan(
     from vaemem.planning.plan import make_plan
 
     try:
+        if out is not None and out.suffix != ".toml":  # measure --sweep reads a file by its suffix
+            raise VaememError(f"--out {out}: a plan is a TOML sweep file; name it NAME.toml")
         kind = device.split(":")[0]
         if kind not in pt.DEVICE_TYPES:
             raise VaememError(f"bad device {device!r}; choose one of: {', '.join(pt.DEVICE_TYPES)} (cuda:N too)")
