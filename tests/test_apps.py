@@ -212,6 +212,9 @@ def test_the_attention_probe_is_one_vae_head_on_the_device_with_the_enabled_fuse
 def test_detect_platform_refuses_what_it_cannot_name(monkeypatch):
     with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
         est.detect_platform(fake_torch(), "fp8")
+    for not_torch in (None, "torch", 3):  # an AttributeError before
+        with pytest.raises(ValueError, match=r"detect_platform needs the torch module \(import torch"):
+            est.detect_platform(not_torch, "fp32", device="cuda" if not_torch == 3 else None)
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         est.detect_platform(fake_torch(), "fp32", device="tpu")
     monkeypatch.setattr(sys, "platform", "aix")
@@ -356,6 +359,14 @@ def test_a_rig_owners_fit_layered_over_the_packaged_one_wins_for_its_groups(tmp_
     with pytest.raises(ValueError, match="lacks groups"):
         est.working_memory_bytes("sd15", "decode", 512, 512, coefficients=[{"schema_version": 3, "models": {}},
                                                                            shipped], **kw)
+    # on the CLI the packaged file is named `packaged`: mine over it, as the API's [mine, None] (mine alone left
+    # the encode to the fallback)
+    args = ["estimate", "-m", "sd15", "--res", "512", "--dtype", "fp32", "--backend", "onednn", "--allocator",
+            "glibc-fixed", "--os", "linux", "--json", "--coefficients", str(tmp_path / "mine.json")]
+    for op, want in (("decode", dec[0]), ("encode", enc[0])):
+        res = runner.invoke(app, [*args, "--coefficients", "packaged", "--op", op])
+        assert res.exit_code == 0 and json.loads(res.stdout)["bytes"] == want, res.output
+    assert json.loads(runner.invoke(app, [*args, "--op", "encode"]).stdout)["source"] == "fallback"
 
 
 def test_the_cast_term_counts_the_whole_model_or_the_half_the_op_runs():
@@ -786,3 +797,16 @@ def test_a_batch_is_never_priced_below_one_sample():
         assert ("at one sample's price" in e.reason) == (e.bytes == one.bytes)
     two = est.explain("ltx-2", "encode", 128, 128, batch=2, **kw)
     assert two.bytes == one.bytes and two.reason.endswith(one.reason) and two.source == one.source
+
+
+def test_a_file_of_pixel_lines_alone_layers_either_way():
+    """A fit of tiny models' measurements holds oneDNN pixel lines and no structure-priced line: no structure
+    prices its lines, so it layers before or after the packaged file (it was refused as fitted without the
+    oneDNN factor), and the packaged prices stand."""
+    pixel = json.loads(PACKAGED.read_text())
+    pixel["calibrations"], pixel["structures"] = [], {}
+    assert any(g["conv_backend"] == "onednn" for g in pixel["groups"])
+    kw = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    for layers in ([pixel, None], [None, pixel]):
+        assert est.explain("sd15", "decode", 512, 512, coefficients=layers, **kw).bytes == \
+            est.explain("sd15", "decode", 512, 512, **kw).bytes

@@ -84,6 +84,11 @@ def _err_line(result) -> str:
     (["plan", "--rig", "a/b", "--budget-min", "1"], "bad --rig 'a/b'"),
     # a plan is TOML, and measure --sweep reads a file by its suffix: plan.jsonl could not be run
     (["plan", "--budget-min", "1", "--out", "plan.jsonl"], "--out plan.jsonl: a plan is a TOML sweep file"),
+    # a forgotten value: click took the next option as it (`fit --out --check` wrote a file named --check)
+    (["fit", "--measurements", "m.jsonl", "--out", "--check"], "--out: needs a value, and the next word is the "
+                                                              "option --check"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--out", "--dry-run"],
+     "the next word is the option --dry-run"),
     # click's own usage errors: one line too, not a usage block and a box
     (["estimate", "-m", "sd15"], "error: Missing option '--op'. (`"),
     (["nope"], "error: No such command 'nope'."),

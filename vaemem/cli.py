@@ -30,22 +30,28 @@ class _Group(TyperGroup):
         name = next((a for a in args if not a.startswith("-")), None)
         command = self.get_command(ctx, name) if name else None
         if command is not None and "--help" not in args:
-            single = {o: p.opts[0] for p in command.params if p.param_type_name == "option"
-                      and not (p.multiple or getattr(p, "is_flag", False) or getattr(p, "count", False))
+            options = [p for p in command.params if p.param_type_name == "option"]
+            valued = {o for p in options if not (getattr(p, "is_flag", False) or getattr(p, "count", False))
                       for o in p.opts}
+            single = {o: p.opts[0] for p in options if not p.multiple for o in p.opts if o in valued}
+            longs = {o for p in options for o in [*p.opts, *p.secondary_opts] if o.startswith("--")}
             seen: set[str] = set()
             tokens = iter(args[args.index(name) + 1:])
             for token in tokens:
                 if token == "--":
                     break
                 option = token.split("=", 1)[0] if token.startswith("--") else token[:2]
-                if option not in single:
-                    continue
-                if single[option] in seen:
-                    raise typer.BadParameter("given twice: it takes one value", param_hint=option)
-                seen.add(single[option])
-                if token == option:  # its value is the next token
-                    next(tokens, None)
+                if option in single:
+                    if single[option] in seen:
+                        raise typer.BadParameter("given twice: it takes one value", param_hint=option)
+                    seen.add(single[option])
+                if token == option and option in valued:  # its value is the next token
+                    value = next(tokens, None)
+                    # a forgotten value: click would take the next option as it (`fit --out --check` wrote a
+                    # file named --check, `measure --out --dry-run` measured)
+                    if value is not None and value.split("=", 1)[0] in longs:
+                        raise typer.BadParameter(f"needs a value, and the next word is the option {value}",
+                                                 param_hint=option)
         return super().parse_args(ctx, args)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
@@ -778,7 +784,9 @@ def estimate_cmd(
                                            "fits (the spatial tile; a clip runs in time as its class does by "
                                            "default); exit status 1 where neither the request nor any tile fits"),
     coefficients: Optional[list[Path]] = typer.Option(None, help="coefficient file (default: the packaged one); "
-                                                      "repeat to layer files, the first winning per group"),
+                                                      "repeat to layer files, the first winning per group; "
+                                                      "'packaged' names the packaged one (--coefficients "
+                                                      "mine.json --coefficients packaged: yours over it)"),
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
 ) -> None:
     """Price one decode or encode from the coefficient file, in MiB, with the reasoning."""
@@ -788,7 +796,9 @@ def estimate_cmd(
     try:
         w, h = parse_res(res)
         backend, allocator, os_, attention = _assumed_platform(dtype, backend, allocator, os_, attention)
-        coef: Any = None if not coefficients else coefficients[0] if len(coefficients) == 1 else list(coefficients)
+        # the packaged file by name (the API's None), where a file of that name in the working folder is not
+        layers = [None if str(c) == "packaged" and not c.exists() else c for c in coefficients or []]
+        coef: Any = None if not layers else layers[0] if len(layers) == 1 else layers
         kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os_, batch=batch,
                   frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coef)
         fit = None

@@ -471,7 +471,10 @@ def _layer(docs: list) -> dict:
     # their lines would be priced at 1 (the AMX rule's, for the factor without AMX); with it where they were fitted
     # without, at more (at less for the factor without AMX: 0.79-0.84x for the image architectures' bf16)
     since = dict(zip(HIDDEN_FACTORS, (HIDDEN_FACTOR_SCHEMA, NO_AMX_SCHEMA)))
-    fitted = {f: {j: any(f in st for st in docs[j].get("structures", {}).values()) for j in onednn
+    # the layers whose oneDNN lines a structure prices: calibrations (a pixel line of a group no structure covers,
+    # a tiny model's, reads none)
+    priced = [j for j in onednn if any(c["conv_backend"] in WEIGHT_COPY_BACKENDS for c in docs[j]["_calib"].values())]
+    fitted = {f: {j: any(f in st for st in docs[j].get("structures", {}).values()) for j in priced
                   if docs[j]["schema_version"] >= since[f]} for f in HIDDEN_FACTORS}
     winner: dict = {}  # per structure key, (the first layer that has it, its structure): the one that serves
     for i, d in enumerate(docs):
@@ -482,7 +485,7 @@ def _layer(docs: list) -> dict:
     # fitted with (22 and 24 changed the factors and the calls' live bytes in the same fields: a newer aten layer's
     # structure priced Mochi's fp32 encode of an older oneDNN layer at 0.51x that layer's own price)
     for key, (i, st) in sorted(winner.items()):
-        for j in onednn:
+        for j in priced:
             if j != i and rule(docs[i]["schema_version"]) != rule(docs[j]["schema_version"]):
                 stale = min(i, j, key=lambda x: docs[x]["schema_version"])
                 raise ValueError(f"coefficients layer {i + 1}'s structure {key} (schema {docs[i]['schema_version']}) "
@@ -517,7 +520,7 @@ def _layer(docs: list) -> dict:
         # whose own structure of this key lacks it fitted its batch rows in one sample's factor, and the winner's
         # would price its lines under (the other way round, one sample's factor prices lines fitted with a
         # batch's: over); the same for a batch's calls' live bytes (26)
-        for j in onednn:
+        for j in priced:
             own = docs[j].get("structures", {}).get(key)
             if j != i and own is not None and (any(
                     f + BATCH_SUFFIX in st and f + BATCH_SUFFIX not in own for f in HIDDEN_FACTORS)
@@ -528,7 +531,7 @@ def _layer(docs: list) -> dict:
                                  f"batch dry runs)")
         # the same for the live bytes at the convolutions' calls, which the untiled fp32 lines of schema 12 are in
         # (where the oneDNN lines are older, the document's schema is theirs and the live bytes are never read)
-        for j in onednn:
+        for j in priced:
             own = docs[j].get("structures", {}).get(key)
             if j == i or own is None or docs[j]["schema_version"] < CALL_PEAK_SCHEMA \
                     or _call_peaks(own) == _call_peaks(st):
@@ -3375,6 +3378,9 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
         raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
     if device is not None and not isinstance(device, str):
         raise ValueError(f"device must be a string such as 'cuda:0' or 'cpu', got {device!r}")
+    if not all(hasattr(torch, a) for a in ("backends", "version", "nn")):  # what the probes read
+        raise ValueError(f"detect_platform needs the torch module (import torch; detect_platform(torch)), got "
+                         f"{type(torch).__name__}")
     if device is None:
         device = next(k for k in ("cuda", "mps", "xpu", "cpu") if _available(torch, k))
     backend = conv_backend(torch, device, dtype)
