@@ -55,3 +55,14 @@ def test_the_sweeps_own_rig_is_asked_before_any_other():
     assert predict([Point("flux1", "decode", "fp32", 64, 64)], history, "xeon-other").seconds == pytest.approx(100.5)
     assert predict([Point("sd15", "encode", "fp32", 64, 64)], history, "xeon").seconds == pytest.approx(30.5)
     assert predict([Point("flux1", "decode", "fp32", 64, 64)], history).seconds == pytest.approx(100.5)  # any rig
+
+
+def test_runs_of_another_device_say_nothing_of_a_points_time():
+    """A GPU point beside CPU campaigns is not predicted by their times (it was: 4.1 min for a cuda sd15 decode, the
+    CPU's); a run of the same device type is, whatever its index."""
+    history = [_run("sd15", "decode", 512, 512, 100.0)]
+    gpu = Point("sd15", "decode", "fp32", 512, 512, allocator="native", device="cuda")
+    eta = predict([gpu], history)
+    assert eta.unknown == 1 and eta.from_same_point_kind == 0
+    eta = predict([gpu], [{**history[0], "device": "cuda:1", "op_wall_s": 2.0, "run_wall_s": 2.5}])
+    assert eta.seconds == pytest.approx(0.5 + 2.0) and eta.from_same_point_kind == 1

@@ -248,7 +248,7 @@ def _print_plan(n_points: int, runs: int, out: Path, rig: str, tasks: list, hist
     if budget is not None:
         due = sum(budget[1].get(t.point.key, 0.0) for t in tasks)
         line = (f"{_count(len(tasks), 'run')}, predicted {due / 60:.1f} min by the plan's cost model, budget "
-                f"{budget[0] / 60:.1f} min (late: the lowest-priority points are dropped)")
+                f"{budget[0] / 60:.1f} min (past it, the lowest-priority points are dropped)")
     else:
         line = predict([t.point for t in tasks], history, rig).describe()
     typer.echo(f"plan: {_count(n_points, 'point')} x {_count(runs, 'run')}, {len(tasks)} due in {out}: {line}",

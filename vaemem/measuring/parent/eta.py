@@ -3,8 +3,9 @@
 Method: a run's wall time is taken as proportional to the pixels it touches (width x height x batch x frames) at
 fixed model, op, dtype and tiling, plus the fixed start cost of a run (process, imports, build), which is the
 measured ``run_wall_s - op_wall_s``. For each planned point the nearest measured point of the same model, op,
-dtype and tiling (closest in log pixels) scales its op time by the pixel ratio; without one, the median seconds
-per pixel of the same op, dtype and kernel class (conv2d or conv3d) is used, and the point is counted as
+dtype, tiling and device type (closest in log pixels) scales its op time by the pixel ratio; without one, the
+median seconds per pixel of the same op, dtype, device type and kernel class (conv2d or conv3d) is used, and the
+point is counted as
 "guessed"; with neither it is "unknown" and adds nothing. Runs of the sweep's own rig are asked first, then those
 of any other rig file read: rigs differ by far more than sizes do (bf16 SD1.5 at 64-128 px took 84-227 s to
 decode and 29-81 s to encode on an AVX2 EPYC, where convolution falls back to aten, and 0.1-2.3 s on an AMX
@@ -30,7 +31,7 @@ class Eta:
 
     seconds: float
     runs: int
-    from_same_point_kind: int  # runs priced from a measured point of the same model/op/dtype/tiling
+    from_same_point_kind: int  # runs priced from a measured point of the same model/op/dtype/tiling/device type
     guessed: int  # runs priced from other models of the same kernel class
     unknown: int  # runs with nothing comparable (not counted in ``seconds``)
 
@@ -45,8 +46,10 @@ class Eta:
         return "; ".join(parts)
 
 
-def _kind(model: str, op: str, dtype: str, tiled: bool) -> tuple:
-    return (model, op, dtype, tiled)
+def _kind(model: str, op: str, dtype: str, tiled: bool, device: str) -> tuple:
+    """A point's kind for its time: the device type too (a GPU sweep's time is not a CPU's: a GPU plan in a folder
+    of CPU campaigns was predicted by their times)."""
+    return (model, op, dtype, tiled, device.split(":")[0])
 
 
 def predict(points: Sequence[Point], history: Iterable[dict[str, Any]], rig: str | None = None) -> Eta:
@@ -64,7 +67,8 @@ def predict(points: Sequence[Point], history: Iterable[dict[str, Any]], rig: str
     start_s = statistics.median(starts) if starts else 5.0
     total, exact, guessed, unknown = 0.0, 0, 0, 0
     for p in points:
-        kind, rate_key = _kind(p.model, p.op, p.dtype, p.tile is not None), (get_spec(p.model).kernel, p.op, p.dtype)
+        kind = _kind(p.model, p.op, p.dtype, p.tile is not None, p.device_type)
+        rate_key = (get_spec(p.model).kernel, p.op, p.dtype, p.device_type)
         for t in tables:  # this rig's runs of the kind, then of the class; then every rig's
             if kind in t.same:
                 px, op_s = min(t.same[kind], key=lambda e: abs(math.log(e[0] / p.pixels)))
@@ -93,6 +97,8 @@ class _Rates:
         px, op_s = int(r["pixels"]), float(r["op_wall_s"])
         if r.get("run_wall_s"):
             self.starts.append(max(0.0, float(r["run_wall_s"]) - op_s))
-        self.same.setdefault(_kind(r["model"], r["op"], r["dtype"], bool(r.get("tile"))), []).append((px, op_s))
+        device = str(r.get("device", "cpu")).split(":")[0]
+        self.same.setdefault(_kind(r["model"], r["op"], r["dtype"], bool(r.get("tile")), device), []).append(
+            (px, op_s))
         if not tiny:
-            self.per_px.setdefault((kernel, r["op"], r["dtype"]), []).append(op_s / px)
+            self.per_px.setdefault((kernel, r["op"], r["dtype"], device), []).append(op_s / px)
