@@ -57,6 +57,9 @@ def _err_line(result) -> str:
     (["report", "--format", "html"], "unknown --format"),
     (["fit", "--measurements", "no/such/dir"], "no such measurement file"),
     (["diff", "no1.json", "no2.json"], "cannot read coefficient file"),
+    # a size no model runs: every cell n/a, exit 0 before
+    (["diff", str(ROOT / "vaemem" / "coefficients.json"), str(ROOT / "vaemem" / "coefficients.json"), "--res", "513"],
+     "neither file prices any group at 513: every cell is n/a"),
     (["trace", "--zoo", "-m", "sd15", "--res", "512"], "give it without --model, --res"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--timeout", "nan"],
      "--timeout must be a positive number of seconds"),

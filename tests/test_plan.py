@@ -206,3 +206,15 @@ def test_report_prices_the_campaigns_with_the_committed_plan_fit():
     assert full == committed[committed.index("## Pixel lines"):].rstrip()
     bad = runner.invoke(app, ["report", "--plan-fit", "x.json"])
     assert bad.exit_code == 2 and "--plan-fit and --plan-measurements go together" in bad.output
+
+
+def test_a_plan_of_the_declared_defaults_names_this_machines_rig_to_measure(tmp_path):
+    """`--rig none` takes the cost model's declared defaults; the measure command it suggests names this machine's
+    rig (it suggested a rig named none and a file none.jsonl)."""
+    from vaemem.measuring.child.rig import default_rig_name
+
+    res = runner.invoke(app, ["plan", "--budget-min", "1", "--op", "decode", "--no-video", "--rig", "none",
+                              "--out", str(tmp_path / "p.toml")])
+    assert res.exit_code == 0, res.output
+    text = res.output.replace("\n", "") + (tmp_path / "p.toml").read_text()
+    assert "--rig none" not in text and f"--rig {default_rig_name('cpu')} --out" in text

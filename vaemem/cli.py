@@ -486,6 +486,8 @@ def plan(
     except VaememError as e:
         _fail(e)
     rows = [(p.priority, p.point, p.predicted_s, p.why) for p in result.points]
+    if rig == "none":  # the cost model's declared defaults, not a rig that measures: this machine's name does
+        rig_name = resolve_rig_name(None, device)
     header = (f"A calibration plan (issue 13), written by `vaemem plan --budget-min {budget_min:g} --device {device}"
               f"`:\n{_count(len(rows), 'point')}, predicted {result.predicted_s / 60:.1f} min of {budget_min:g} "
               f"(cost model {cost.source}); {len(result.skipped)} candidates left out by the budget.\n"
@@ -680,13 +682,21 @@ def diff(
             except ValueError as err:
                 refused.setdefault(str(err), f"{est.group_id(key)} at {w}x{h}")
                 return "n/a"
+            priced.append(e.bytes)
             return f"{e.bytes / MIB:.0f}"
+
+        priced: list[int] = []
 
         table = Table(Column("group", overflow="fold"), *[f"{w}x{h} before -> after MiB" for w, h in sizes],
                       title=f"{old} -> {new}")
-        for gid in sorted(set(ka) | set(kb)):
-            key = ka.get(gid) or kb[gid]  # a request one file measured, priced by both as an app would be
-            table.add_row(gid, *[f"{price(a, key, w, h)} -> {price(b, key, w, h)}" for w, h in sizes])
+        rows = [(gid, ka.get(gid) or kb[gid]) for gid in sorted(set(ka) | set(kb))]  # priced by both, as an app
+        cells = [[f"{price(a, key, w, h)} -> {price(b, key, w, h)}" for w, h in sizes] for _, key in rows]
+        if refused and not priced:  # a size no model runs (--res 513): a table of n/a is no comparison
+            reason, where = next(iter(refused.items()))
+            raise VaememError(f"neither file prices any group at {', '.join(res)}: every cell is n/a ({reason}, "
+                              f"first at {where})")
+        for (gid, _), row in zip(rows, cells):
+            table.add_row(gid, *row)
         _console().print(table)
         for reason, where in refused.items():
             typer.echo(f"n/a: {reason} (first at {where})")
