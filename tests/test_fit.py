@@ -414,3 +414,20 @@ def test_the_reports_points_are_grouped_as_the_fit_takes_them():
     wan22 = [e for e in entries if e[0] == "wan22"]
     assert len(wan22) == 4 and {e[1] for e in wan22} == {"wan22/encode/onednn/glibc-fixed/fp32/linux/untiled"}
     assert all(e[2]["tile"] is None and not e[10]["tiled"] for e in wan22)
+
+
+def test_a_group_no_line_of_the_file_prices_is_not_called_calibrated():
+    """The pixel-line report's goal column: a group the file prices by no pixel line is "calibrated" where a
+    calibration line prices it, and "fallback" where the declared fallback does (a file of no group and no
+    calibration called every group calibrated)."""
+    from vaemem.report import accuracy
+
+    doc = json.loads((ROOT / "vaemem" / "coefficients.json").read_text())
+    empty = {**doc, "groups": [], "calibrations": []}
+    for paths, priced in (([TINY], "pixel lines"), ([ROOT / "measurements" / "epyc-bf16-2core-campaign39.jsonl"],
+                                                    accuracy.CALIBRATED)):
+        data = co.load_dataset(paths)
+        goals = {s["goal"] for s in accuracy.summarize(accuracy.point_ratios(data, empty))["groups"].values()}
+        assert goals == {accuracy.UNPRICED}
+        goals = {s["goal"] for s in accuracy.summarize(accuracy.point_ratios(data, doc))["groups"].values()}
+        assert accuracy.UNPRICED not in goals and (priced != accuracy.CALIBRATED or goals == {priced})

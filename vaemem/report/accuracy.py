@@ -25,6 +25,7 @@ GOAL_MIN_SIZES = 4
 GOAL_MEDIAN = 1.10
 GOAL_MAX = 1.25
 CALIBRATED = "calibrated"
+UNPRICED = "fallback"  # no line of the file prices it: the declared fallback does
 RULES = ("fitted", "held_out", "legacy", "comfy")
 
 
@@ -55,6 +56,7 @@ class PointRatios:
     held_out: float | None
     legacy: float
     comfy: float
+    calibrated: bool = False  # the file prices the group by a calibration line, not the fallback
 
 
 def apps_bytes(p: PointDemand, key: dict[str, Any], coef: dict[str, Any]) -> dict[str, int]:
@@ -71,12 +73,27 @@ def apps_bytes(p: PointDemand, key: dict[str, Any], coef: dict[str, Any]) -> dic
                                                 model=m, tile=pt["tile"], **kw)}
 
 
+def _calibrated(p: PointDemand, key: dict[str, Any], coef: dict[str, Any]) -> bool:
+    """Whether the file prices a measured point by a calibration line (its platform's, or one the estimator's
+    declared order takes in its place), not by the fallback for a platform it never measured."""
+    req = request_of(p.point, key)
+    if req is None:
+        return False
+    try:
+        e = estimate.explain(p.point["model"], key["op"], p.point["width"], p.point["height"], coefficients=coef,
+                             **req)
+    except ValueError:
+        return False
+    return e.source != "fallback"
+
+
 def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
     """Every measured point priced by each rule."""
     margin = coef["margin"]
     fitted_groups = {g["group"] for g in coef["groups"]}
     out = []
     for gid, (key, pts) in sorted(data.groups.items()):
+        calibrated = gid not in fitted_groups and _calibrated(pts[0], key, coef)
         held: dict[str, float] = {}
         sizes = sorted({p.pixels for p in pts})
         if len(sizes) >= 3:
@@ -100,13 +117,14 @@ def point_ratios(data: Dataset, coef: dict[str, Any]) -> list[PointRatios]:
             rules = apps_bytes(p, key, coef)
             legacy, comfy = rules["legacy"] / p.demand_bytes, rules["comfyui"] / p.demand_bytes
             out.append(PointRatios(gid, p.point_key, p.rig, p.pixels, p.demand_bytes, fitted,
-                                   held.get(p.point_key + p.rig), legacy, comfy))
+                                   held.get(p.point_key + p.rig), legacy, comfy, calibrated))
     return out
 
 
 def summarize(rows: list[PointRatios]) -> dict[str, Any]:
     """Per group and overall: Stats for each rule, and whether the held-out goal is met (for a group the file
-    prices by its pixel line: one with a ``fitted`` ratio; else :data:`CALIBRATED`)."""
+    prices by its pixel line: one with a ``fitted`` ratio; else :data:`CALIBRATED` where a calibration line prices
+    it, :data:`UNPRICED` where the fallback does)."""
     groups: dict[str, list[PointRatios]] = {}
     for r in rows:
         groups.setdefault(r.group, []).append(r)
@@ -122,7 +140,8 @@ def summarize(rows: list[PointRatios]) -> dict[str, Any]:
         n_res = len({r.pixels for r in rs})
         h = b["held_out"]
         if b["fitted"] is None:
-            goal = CALIBRATED
+            # priced by a calibration (judged by vaemem.report.structural), else by no line of the file at all
+            goal = CALIBRATED if any(r.calibrated for r in rs) else UNPRICED
         elif n_res < GOAL_MIN_SIZES or h is None:
             goal = "n/a"
         else:
