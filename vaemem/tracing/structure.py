@@ -608,9 +608,7 @@ def derive(entries: list[dict[str, Any]], name: str, op: str, dtype: str, tiled:
             convs[k] = e.get("conv_inputs")
             hidden[k] = e["onednn_peak_bytes"] / e["peak_bytes"] if "onednn_peak_bytes" in e else None
             no_amx[k] = e["onednn_peak_bytes_no_amx"] / e["peak_bytes"] if "onednn_peak_bytes_no_amx" in e else None
-            if convs[k] is not None and any(len(c) != CONV_INPUT_FIELDS for c in convs[k]):
-                raise ValueError(f"the dry run {k} of {name} {op} {dtype} holds an older vaemem's conv_inputs: "
-                                 f"re-run it (`vaemem trace --zoo --record`)")
+            _check_conv_inputs(convs[k], f"{k} of {name} {op} {dtype}")
     wanted = [(g.width, g.height, g.frames, g.tile) for g in grid(name, op, dtype, tiled, attention)]
     if any(k not in peaks for k in wanted):
         return None
@@ -720,15 +718,20 @@ def derive(entries: list[dict[str, Any]], name: str, op: str, dtype: str, tiled:
     return out
 
 
+def _check_conv_inputs(convs: list[list[int]] | None, where: str) -> None:
+    """Refuse a dry run (``where`` names it) whose convolution records are an older vaemem's (another length)."""
+    if convs is not None and any(len(c) != CONV_INPUT_FIELDS for c in convs):
+        raise ValueError(f"the dry run {where} holds an older vaemem's conv_inputs: re-run it "
+                         f"(`vaemem trace --zoo --record`)")
+
+
 def _batch_entries(entries: list[dict[str, Any]], name: str, op: str, dtype: str) -> list[dict[str, Any]]:
     """The cache entries of :func:`batch_grid` (all of them, in its order), or [] where any is missing."""
     want = [g.key for g in batch_grid(name, op, dtype)]  # as derive's filter: the grid's very dry runs
     got = {k: e for e in entries if e["spec"]["model"] == name and e["spec"]["batch"] == BATCH_KNOT
            for k in [TraceSpec.from_dict(e["spec"]).key] if k in want}
-    for k, e in got.items():  # as derive's: an older vaemem's records lack the live bytes read here
-        if any(len(c) != CONV_INPUT_FIELDS for c in e.get("conv_inputs") or []):
-            raise ValueError(f"the dry run {k} holds an older vaemem's conv_inputs: re-run it "
-                             f"(`vaemem trace --zoo --record`)")
+    for k, e in got.items():  # an older vaemem's records lack the live bytes read here
+        _check_conv_inputs(e.get("conv_inputs"), k)
     return [got[k] for k in want] if want and len(got) == len(want) else []
 
 
