@@ -121,6 +121,19 @@ def test_an_option_of_one_value_given_twice_is_refused(args, option):
     assert runner.invoke(app, [*args, "--help"]).exit_code == 0  # help is help, whatever else the line holds
 
 
+@pytest.mark.portable
+def test_the_list_of_commands_gives_each_its_summary_on_one_line():
+    """Typer's rich help kept a docstring's line breaks in `vaemem --help`: trace's summary broke after "(its input"."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("vaemem", ["--help"], resilient_parsing=True)
+    for name in group.list_commands(ctx):
+        summary = group.get_command(ctx, name).short_help
+        assert summary and "\n" not in summary, name
+    assert "the op creates (its input and the weights" in runner.invoke(app, ["--help"]).output
+
+
 def test_repeatable_options_and_a_value_that_looks_like_an_option_pass_the_check():
     """`measure -m a -m b` is a grid of two models; the value after `--out` is never read as an option."""
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "-m", "tiny-wan", "--op", "decode", "--dtype", "fp32",

@@ -6,6 +6,7 @@ Heavy imports (torch, diffusers, pandas, scipy, matplotlib) happen inside the co
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -53,6 +54,14 @@ class _Group(TyperGroup):
                         raise typer.BadParameter(f"needs a value, and the next word is the option {value}",
                                                  param_hint=option)
         return super().parse_args(ctx, args)
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        """The command, its one-line summary in the list of commands its docstring's first paragraph on one line
+        (typer's rich help keeps the docstring's line breaks there)."""
+        command = super().get_command(ctx, name)
+        if command is not None and command.short_help is None and command.help:
+            command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+        return command
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         """Click's main, a usage error said in one line (``error: ...``, exit 2) where click would print the
