@@ -297,7 +297,7 @@ def markdown(s: dict[str, Any]) -> str:
             f"over the domain's points (over all its points where none is in it), its own and the others' range, "
             f"of the dry run the lines are in (on oneDNN with the buffers its ops hold, the untiled structure's "
             f"onednn_hidden_factor at the clip's length x the plain one); a listed architecture's reason is there "
-            f"(README, \"Why the architectures of a class disagree\").\n",
+            f"(docs/results.md, \"Why the architectures of a class disagree\").\n",
             "| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
             "|---|---|---|---|---|---|---|"]
     out += [f"| {r['calibration']} | {r['architecture']} | {', '.join(r['trained_on'])} | {_f(r)} | "
