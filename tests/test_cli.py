@@ -92,6 +92,11 @@ def _err_line(result) -> str:
                                                               "option --check"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--out", "--dry-run"],
      "the next word is the option --dry-run"),
+    # an overlap past half: diffusers' tiled decode got a stride of zero (a traceback from range())
+    (["trace", "-m", "sd15", "--op", "decode", "--dtype", "fp32", "--res", "512", "--tile", "256", "--overlap",
+      "0.97"], "tile overlap is a fraction from 0 to 0.5"),
+    (["trace", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--batch", "5000"],
+     "batch must be at most 4096 samples"),  # as estimate says
     # click's own usage errors: one line too, not a usage block and a box
     (["estimate", "-m", "sd15"], "error: Missing option '--op'. (`"),
     (["nope"], "error: No such command 'nope'."),
@@ -132,6 +137,25 @@ def test_the_list_of_commands_gives_each_its_summary_on_one_line():
         summary = group.get_command(ctx, name).short_help
         assert summary and "\n" not in summary, name
     assert "the op creates (its input and the weights" in runner.invoke(app, ["--help"]).output
+
+
+def test_a_fit_that_fits_nothing_is_refused_and_writes_nothing(tmp_path):
+    """One run gives no line (a line needs two sizes): the file of 0 groups was written, exit 0, and layered over the
+    packaged one changed nothing, silently."""
+    one = tmp_path / "one.jsonl"
+    one.write_text((ROOT / "measurements" / "epyc-avx2-2core-tiny.jsonl").read_text().splitlines()[0] + "\n")
+    out = tmp_path / "mine.json"
+    result = runner.invoke(app, ["fit", "--measurements", str(one), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "nothing to fit in 1 run (tiny-kl/" in _err_line(result) and not out.exists()
+
+
+def test_a_trace_is_refused_before_torch_is_imported():
+    """An unknown model or a clip length a model cannot take was refused after seconds of importing torch."""
+    code = ("import sys; from typer.testing import CliRunner; from vaemem.cli import app; "
+            "r = CliRunner().invoke(app, ['trace', '-m', 'wan21', '--op', 'decode', '--res', '512', '--frames', '10']);"
+            " assert r.exit_code == 2 and '1 + 4k frames' in r.output, r.output; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_repeatable_options_and_a_value_that_looks_like_an_option_pass_the_check():

@@ -370,6 +370,26 @@ def test_a_config_diffusers_cannot_build_is_one_line(tmp_path, config, message):
     assert message in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
+def test_a_zoo_point_diffusers_cannot_run_is_an_error_and_a_bug_still_propagates(monkeypatch):
+    """CogVideoX's decode at 1920x1088 x 49 frames: diffusers' own convolution refuses its padded input (a
+    RuntimeError), which the CLI printed as a 150-line traceback. Any other error of a zoo model is vaemem's bug."""
+    from vaemem.tracing import trace as tr
+
+    def fails(error):
+        def run(*args, **kwargs):
+            raise error
+        return run
+
+    spec = TraceSpec("tiny-cogvideox", "decode", "fp32", 64, 64, frames=9)
+    monkeypatch.setattr(tr, "_trace", fails(RuntimeError("Kernel size can't be greater than actual input size\nmore")))
+    with pytest.raises(VaememError, match=r"^diffusers cannot run decode of tiny-cogvideox at 64x64 x 9 frames: "
+                                          r"RuntimeError: Kernel size can't be greater than actual input size$"):
+        trace(spec)
+    monkeypatch.setattr(tr, "_trace", fails(KeyError("a bug")))
+    with pytest.raises(KeyError):
+        trace(spec)
+
+
 @pytest.mark.parametrize("dtype,copies", [("fp32", 1), ("bf16", 2)])
 def test_onednn_peak_adds_each_ops_buffer_only_while_it_runs(dtype, copies):
     """Known answer on real tensors: a convolution that widens its channels holds its output's reorder (once in fp32,

@@ -285,13 +285,12 @@ def trace(
                              "every real architecture (what `vaemem fit` reads from fits/traces.json)"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="dry runs at a time, each in a process of its own (they "
                              "use one core each)"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...): an object for one point, a list for several"),
 ) -> None:
     """Dry-run decode or encode on fake tensors: the exact peak of live tensor bytes the op creates (its input
     and the weights are baseline), where it happens and how much is the output. No device, no memory."""
     from vaemem.measuring.point import parse_res
-    from vaemem.tracing import cache as tc
-    from vaemem.tracing.trace import TraceSpec, load_config, trace_many
+    from vaemem.tracing.trace import TraceSpec, check, load_config, trace_many
 
     try:
         cfg = None
@@ -322,10 +321,14 @@ def trace(
             specs = [TraceSpec(name, o, dtype, *parse_res(r), b, f, t, overlap, attention, slicing, conv3d)
                      for o in op for r in res for b in (batch or [1]) for f in (frames or [1])
                      for t in (tile or [None])]
+            for s in specs:  # every point refused here, before torch is imported (seconds)
+                check(s, cfg)
         if record_to is not None and cfg is not None:
             raise VaememError("--record keeps zoo models only: a config file has no stable name")
         if jobs < 1:
             raise VaememError(f"--jobs must be 1 or more, got {jobs}")
+        from vaemem.tracing import cache as tc  # imports torch
+
         doc = tc.read_cache(record_to) if record_to is not None and record_to.exists() else None
         done = {k for k, e in doc["entries"].items() if tc.complete(e)} if zoo and doc is not None else set()
         results = []
@@ -608,6 +611,10 @@ def fit(
                 typer.echo(f"over bound: {v}", err=True)
             raise VaememError(f"{_count(len(result.violations), 'point')} reserved more than {co.QUALITY_BOUND}x their "
                               f"demand; fix the data or list the group in {exceptions} with a reason", 1)
+        doc = result.document
+        if not doc["groups"] and not doc["calibrations"]:  # a file that would price nothing, layered silently
+            why = "; ".join(f"{u['group']}: {u['reason']}" for u in doc["unfitted"][:3]) or "no successful run"
+            raise VaememError(f"nothing to fit in {_count(data.runs, 'run')} ({why}); {out} not written")
         if check_only:
             diffs = co.check(out, text)
             if diffs:
@@ -626,7 +633,6 @@ def fit(
                                   *(["--skip-bad"] if skip_bad else [])])
                 raise VaememError(f"{out} is not what the measurements give ({_count(len(diffs), 'difference')}); "
                                   f"run `{again}` and commit the result", 1)
-            doc = result.document
             typer.echo(f"{out} is reproducible from {data.runs} runs ({len(doc['groups'])} pixel-line groups, "
                        f"{len(doc['calibrations'])} calibrations, {len(doc['structures'])} structures)")
             return

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import ATTENTION, geometry_error, variant_key
+from vaemem.estimate import ATTENTION, batch_error, geometry_error, variant_key
 from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
@@ -23,6 +23,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 CONV3D = ("native", "decomposed")
 DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
 DEFAULT_OVERLAP = 0.25  # diffusers' tile_overlap_factor
+MAX_OVERLAP = 0.5
 # A point's variant fields and their defaults: the default variant is what lines measured before these fields
 # existed ran, so they read as it and their keys carry no suffix.
 VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
@@ -107,8 +108,11 @@ def check_variant(spec: ModelSpec, tile: int | None, overlap: object, slicing: o
     if conv3d == "decomposed" and spec.family not in DECOMPOSABLE:
         raise VaememError(f"the conv3d decomposition applies to the causal conv3d of Wan and MiniMax-H3, not to "
                           f"{spec.name} ({spec.class_name})")
-    if not isinstance(overlap, (int, float)) or isinstance(overlap, bool) or not 0.0 <= overlap < 1.0:
-        raise VaememError(f"tile overlap is a fraction in [0, 1), got {overlap!r}")
+    if not isinstance(overlap, (int, float)) or isinstance(overlap, bool) or not 0.0 <= overlap <= MAX_OVERLAP:
+        # past half, each pixel is computed in three or more tiles a side, and diffusers' edge tiles shrink below
+        # a convolution's kernel (0.97: a stride of zero in its decode, a 1 px tile in its encode)
+        raise VaememError(f"tile overlap is a fraction from 0 to {MAX_OVERLAP:g} (diffusers' default "
+                          f"{DEFAULT_OVERLAP:g}), got {overlap!r}")
     if overlap != DEFAULT_OVERLAP and tile is None:
         raise VaememError(f"a tile overlap ({overlap:g}) applies to tiled points only: give a tile")
     if not isinstance(slicing, bool):
@@ -162,6 +166,8 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
     for name, value in (("width", width), ("height", height), ("batch", batch), ("frames", frames)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise VaememError(f"{name} must be a positive integer, got {value!r}")
+    if batch_error(batch):
+        raise VaememError(batch_error(batch))
     if spec.frames_error(frames):
         if not spec.is_video:
             video = ", ".join(n for n, s in registry().items() if s.is_video and not s.tiny)

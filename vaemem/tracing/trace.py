@@ -505,6 +505,12 @@ def _replaying(model: Any, counter: Any) -> Iterator[list[_Replay]]:
             del r.owner.__dict__[r.attr]
 
 
+def check(spec: TraceSpec, config: dict[str, Any] | None = None) -> None:
+    """Refuse ``spec`` (of a zoo model, or of ``config``) before anything heavy is imported: the rules of
+    :func:`validate_trace`, which the dry run applies again."""
+    validate_trace(spec, _model_spec(spec, config))
+
+
 def _model_spec(spec: TraceSpec, config: dict[str, Any] | None) -> ModelSpec:
     from vaemem.models.zoo import spec_from_config
 
@@ -538,18 +544,23 @@ def trace(spec: TraceSpec, config: dict[str, Any] | None = None, *, fake: bool =
     ``fake=False`` runs the same accounting on real CPU tensors with seeded weights: the known answer the tests
     compare the dry run against (affordable for tiny models only). ``replay=False`` turns replay off (of tiles,
     of Wan's chunks and of the items of a sliced batch). A ``config`` diffusers cannot build or run raises
-    VaememError with diffusers' reason (a zoo model's error is a bug and propagates).
+    VaememError with diffusers' reason; so does a zoo model's point that diffusers cannot run (a RuntimeError or
+    ValueError of the op: CogVideoX's decode at 1920x1088 x 49 frames, a convolution's padded input smaller than
+    its kernel), where any other error of a zoo model is a bug and propagates.
     """
-    if config is None:
-        return _trace(spec, None, fake, replay)
     try:
         return _trace(spec, config, fake, replay)
     except VaememError:
         raise
     except Exception as e:  # noqa: BLE001  (diffusers' own checks raise what they like)
+        if config is None and not isinstance(e, (RuntimeError, ValueError)):
+            raise
         reason = (str(e).strip().splitlines() or [""])[0][:300]
-        raise VaememError(f"diffusers cannot {'build or run' if fake else 'run'} {spec.op} of this "
-                          f"{config.get('_class_name')} config: {type(e).__name__}: {reason}") from None
+        what = f"this {config.get('_class_name')} config" if config is not None else spec.model
+        raise VaememError(f"diffusers cannot {'build or run' if fake and config is not None else 'run'} {spec.op} "
+                          f"of {what} at {spec.width}x{spec.height}"
+                          + (f" x {spec.frames} frames" if spec.frames > 1 else "")
+                          + f": {type(e).__name__}: {reason}") from None
 
 
 def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: bool) -> TraceResult:
