@@ -813,6 +813,37 @@ def test_a_tiled_fallback_is_capped_at_the_measured_untiled_price():
     assert uncapped < est.dry_run_bytes(None, "ltx-2", "decode", 2048, 2048, dtype="bf16")
 
 
+def test_a_tiled_fallback_never_prices_a_larger_image_lower():
+    """The fallback scaled the legacy rule of one tile by the whole request's dry runs, whose ratio the assembly
+    of the tiles (the same bytes for every architecture) takes towards 1 as the image grows: CogView4's fp16 decode
+    in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and 479 at 3072, HunyuanVideo 1.5's bf16
+    encode in 256 px tiles with AMX 4157 at 768 px and 3967 larger. Now one tile's dry runs scale the rule and the
+    assembly is added: every architecture, both tile sizes, 1.5 tiles to 4096 px."""
+    from vaemem.models.zoo import registry
+
+    platforms = (dict(dtype="fp16", backend="cudnn", allocator="native"),
+                 dict(dtype="bf16", backend="onednn-amx", allocator="glibc-fixed"))
+    checked = 0
+    for name, spec in registry().items():
+        if spec.tiny:
+            continue
+        for op in spec.ops:
+            for kw in platforms:
+                for tile in (256, 512):
+                    last = 0
+                    for side in range(tile + tile // 2, 4097, 256):
+                        try:
+                            e = est.explain(name, op, side, side, frames=spec.temporal_factor + 1 if spec.is_video else 1,
+                                            tile=tile, os="linux", **kw)
+                        except ValueError:  # a tile below the structure's smallest, or a size diffusers refuses
+                            continue
+                        if e.source != "fallback":
+                            continue
+                        assert e.bytes >= last, (name, op, kw["backend"], tile, side, e.bytes, last)
+                        last, checked = e.bytes, checked + 1
+    assert checked > 500
+
+
 def test_a_tile_that_is_the_whole_image_is_priced_as_the_untiled_request():
     """Wan 2.2's encode cuts its patchified input, so a 256 px tile covers 512 px and the loop steps 384: at 512 px
     its first tile is the whole image, the others crops of it, and it measured 636.5 MiB tiled and untiled alike
@@ -919,7 +950,8 @@ def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
     """The cap needs the tiles' dry run at most the whole image's, and never rests on a price the live floor set:
     LTX-Video 0.9.5's untiled bf16 decode without AMX at 832x480 x 33 frames is its floor (its line of 3 points as
     schema 18 fitted it, where its weight copy set the demand, is far below its live tensors there), so its tiled
-    price keeps its own. A capped fallback keeps its legacy floor."""
+    price keeps its own. A capped fallback says the untiled request's legacy floor, not its tile's, which it may
+    price below (SD1.5's fp16 decode at 512x2048 in 1024 px tiles on cuDNN said 4400 MiB, legacy floor 5500)."""
     kw = dict(dtype="bf16", backend="onednn", allocator="glibc-fixed", os="linux", frames=33,
               coefficients=with_schema18_lines(json.loads(COMMITTED.read_text())))
     whole = est.explain("ltx-video-0.9.5", "decode", 832, 480, **kw)  # its bf16 line without AMX: 3 points
@@ -935,7 +967,10 @@ def test_a_tiled_price_is_capped_only_where_the_evidence_allows():
     assert "capped" not in t.reason and t.bytes > est.working_memory_bytes("sd15", "encode", 768, 512, **kw)
     capped = est.explain("ltx-2", "decode", 2048, 2048, tile=1024, dtype="bf16", backend="aten",
                          allocator="glibc-fixed", os="linux")
-    assert capped.source == "fallback" and "capped" in capped.reason and capped.floor_bytes > 0
+    assert capped.source == "fallback" and "capped" in capped.reason and capped.floor_bytes == 0  # a measured line
+    kw = dict(dtype="fp16", backend="cudnn", allocator="native", os="linux")
+    capped, whole = (est.explain("sd15", "decode", 512, 2048, tile=tile, **kw) for tile in (1024, None))
+    assert "capped" in capped.reason and capped.bytes == whole.bytes and capped.floor_bytes == whole.floor_bytes > 0
     # a tiled transfer is capped by the architecture's own untiled line only, not by an untiled transfer (here
     # Wan 2.2's untiled line taken out, the untiled class's lines lowered to their floor, 1.05 x the dry run, and
     # the tiled class's raised, so that the untiled transfer prices less; at 528 px its first 256 px tile covers

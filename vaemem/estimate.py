@@ -49,7 +49,9 @@ which, where it grows slower than the dry run, it never reserves more beyond the
     of a half-precision one without AMX as well (every call copies its weight);
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the convolution transient on such a
-    backend), both dry runs at the same width, height, batch and tile; for a video VAE the legacy rule is
+    backend), both dry runs at the same width, height and batch; a tiled request's legacy rule is of one tile,
+    scaled by the dry runs of an image of one tile, plus what its tiles' assembly adds to its dry run beyond one
+    tile (``_Plan.tile_rule``); for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
 
@@ -2192,16 +2194,37 @@ class _Plan:
         bs = 1 if sliced else b
         floor = _legacy(*self.legacy, w, h, bs, 1, t)
         ref = 0.0 if self.cref is None else structure_eval(self.cref, w, h, bs, 1, t, self.ref_terms)
+        tiles = t is not None and ref
+        if tiles:  # of one sample where a batch is sliced
+            rule = self.tile_rule(t, bs, f, one if sliced else dry, floor)[0] * (dry / one if sliced else 1.0)
         if sliced:
             floor = int(floor * dry / one)
             ref = ref * dry / one
-        env = max(int(floor * dry / ref) if ref else 0, int(FALLBACK_MIN_DRY_FACTOR * dry))
+        if not tiles:
+            rule = floor * dry / ref if ref else 0.0
+        env = max(int(rule), int(FALLBACK_MIN_DRY_FACTOR * dry))
         if env < floor:
             env = floor
         whole = self._whole(w, h, b, f, t, dry, env + copy, measured=False)
         if whole is not None:
-            return whole[:3] + (floor,) + whole[4:5] + (ref, one)
+            return whole[:5] + (ref, one)
         return env + copy + self.cast_bytes, env + copy, dry, floor, "", ref, one
+
+    def tile_rule(self, t: int, b: int, f: int, d: float, floor: int) -> tuple[float, float, float]:
+        """(the fallback's rule for a tiled request, one tile's dry-run peak, the SD family's) in bytes, where the
+        request's dry-run peak is ``d`` and the legacy rule of its ``t`` px tile ``floor``: that rule scaled by the
+        dry runs of an image of one tile (the working set the legacy rule prices), plus what assembling the tiles
+        adds to the request's dry run beyond one tile, at its bytes. Why not the request's own dry runs' ratio: the
+        assembly, the same bytes for every architecture, takes it towards 1 as the image grows, and CogView4's fp16
+        decode in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and 479 at 3072. A tile of a
+        scaled loop covers k x its px a side (Wan 2.2's encode: 2), and so does the rule: of k^2 tiles, against an
+        SD tile of that side, so that the first image past the one tile that is the whole image prices no less."""
+        k = self.cs[7] if self.cs[0] else 1  # type: ignore[index]
+        side = t * k
+        d_t = self.dry_runs(side, side, b, f, t)[0]
+        ref_t = structure_eval(self.cref, side, side, b, 1, side, self.ref_terms)  # type: ignore[arg-type]
+        scaled = floor * k * k * (d_t / ref_t if ref_t and d_t > ref_t else 1.0)
+        return scaled + (d - d_t if d > d_t else 0.0), d_t, ref_t
 
     def _frame_terms(self, f: int) -> tuple:
         """The :func:`frame_terms` at ``f`` frames of the fused structure, the attention one and the second area
@@ -2286,7 +2309,7 @@ class _Plan:
             return None
         if whole[4] == "floored" or whole[1] >= env or dry > whole[2]:
             return None
-        return whole[0], whole[1], dry, 0, "capped", 0.0, None
+        return whole[0], whole[1], dry, whole[3], "capped", 0.0, None  # the untiled request's legacy floor
 
     def _as_untiled(self, w: int, h: int, b: int, f: int, dry: float, one: float) -> tuple | None:
         """A tiled request a tile of which is the whole image (:meth:`tile_is_whole`), priced as the untiled request
@@ -3123,10 +3146,27 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                         + _capped_says(plan, dry)
                         + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
+    tiles = None
+    if ref and tile is not None:  # the legacy rule of one tile (_Plan.tile_rule), of one sample where sliced
+        sliced = plan.out is not None and int(batch) > 1
+        rule, d_t, ref_t = plan.tile_rule(tile, 1 if sliced else int(batch), int(frames), one if sliced else dry,
+                                          int(floor * one / dry) if sliced else floor)
+        tiles = (rule * dry / one if sliced else rule, d_t, ref_t, one if sliced else dry, sliced)
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
-            (not ref or scaled > floor * dry / ref):
+            (not ref or scaled > (tiles[0] if tiles else floor * dry / ref)):
         reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB (the seeds' "
-                  f"lowest demand / dry run), above the legacy rule" + (f" x {dry / ref:.2f}" if ref else ""))
+                  f"lowest demand / dry run), above the legacy rule"
+                  + (f" of one {tile} px tile, scaled" if tiles else f" x {dry / ref:.2f}" if ref else ""))
+    elif tiles:
+        _, d_t, ref_t, d, sliced = tiles
+        k = plan.cs[7] if plan.cs[0] else 1  # type: ignore[index]
+        reason = (f"platform not measured: legacy rule of one {tile} px tile"
+                  + (f" x {k * k} (a tile of its loop covers {tile * k} px a side)" if k > 1 else "")
+                  + (f" x {d_t / ref_t:.2f} (an image of one tile dry-runs {d_t / MIB:.0f} MiB against "
+                     f"{ref_t / MIB:.0f} MiB of the SD family)" if d_t > ref_t else "")
+                  + (f" + {(d - d_t) / MIB:.0f} MiB its tiles' assembly adds" if d > d_t else "")
+                  + f" (its dry-run peak {d / MIB:.0f} MiB)"
+                  + (", per sample of the sliced batch" if sliced else ""))
     elif ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
         if ratio > 1:
@@ -3139,6 +3179,15 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                  (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
     if copy:
         reason += f" + {_copy_says(plan, tile)} on {backend}, {copy / MIB:.0f} MiB with the margin"
+    if tile is not None and plan.whole is not None and plan.whole.kind != "fallback":  # measured here untiled
+        reason = reason.replace("platform not measured", "platform not measured tiled", 1)
+        try:
+            whole = plan.whole.price(width, height, batch, frames, None)
+        except ValueError:  # diffusers cannot run it untiled
+            whole = None
+        if whole is not None and whole[4] == "floored" and whole[1] < env:
+            reason += (f"; the untiled request's {-(-whole[0] // MIB)} MiB caps nothing: the live floor set it, a "
+                       f"lower bound on its demand, not a line over measured points")
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
