@@ -139,6 +139,22 @@ def test_the_list_of_commands_gives_each_its_summary_on_one_line():
     assert "the op creates (its input and the weights" in runner.invoke(app, ["--help"]).output
 
 
+def test_packaged_names_the_packaged_file_in_every_command(tmp_path, monkeypatch):
+    """`--coefficients packaged` worked in estimate alone: export and diff read a file named packaged."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "vendored.py"
+    assert runner.invoke(app, ["export", "--python", str(out), "--coefficients", "packaged"]).exit_code == 0
+    assert out.read_bytes() == _exported(tmp_path, str(ROOT / "vaemem" / "coefficients.json"))
+    same = runner.invoke(app, ["diff", "packaged", str(ROOT / "vaemem" / "coefficients.json"), "--res", "512"])
+    assert same.exit_code == 0 and "sd15/decode/onednn/glibc-fixed/fp32/linux/untiled" in same.output
+
+
+def _exported(tmp_path: Path, coefficients: str) -> bytes:
+    path = tmp_path / "again.py"
+    assert runner.invoke(app, ["export", "--python", str(path), "--coefficients", coefficients]).exit_code == 0
+    return path.read_bytes()
+
+
 def test_a_fit_that_fits_nothing_is_refused_and_writes_nothing(tmp_path):
     """One run gives no line (a line needs two sizes): the file of 0 groups was written, exit 0, and layered over the
     packaged one changed nothing, silently."""

@@ -285,7 +285,8 @@ def trace(
                              "every real architecture (what `vaemem fit` reads from fits/traces.json)"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="dry runs at a time, each in a process of its own (they "
                              "use one core each)"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...): an object for one point, a list for several"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...): "
+                                 "an object for one point, a list for several"),
 ) -> None:
     """Dry-run decode or encode on fake tensors: the exact peak of live tensor bytes the op creates (its input
     and the weights are baseline), where it happens and how much is the output. No device, no memory."""
@@ -500,7 +501,8 @@ def plan(
     rows = [(p.priority, p.point, p.predicted_s, p.why) for p in result.points]
     if rig == "none":  # the cost model's declared defaults, not a rig that measures: this machine's name does
         rig_name = resolve_rig_name(None, device)
-    header = (f"A calibration plan (issue 13), written by `vaemem plan --budget-min {budget_min:g} --device {device}"
+    header = (f"A calibration plan (README, \"Measuring a rig\"), written by `vaemem plan --budget-min {budget_min:g} "
+              f"--device {device}"
               f"`:\n{_count(len(rows), 'point')}, predicted {result.predicted_s / 60:.1f} min of {budget_min:g} "
               f"(cost model {cost.source}); {len(result.skipped)} candidates left out by the budget.\n"
               f"Run it: vaemem measure --sweep PLAN.toml --rig {rig_name} --out measurements/plans/{rig_name}.jsonl")
@@ -556,7 +558,7 @@ def fit(
                                             help="JSON Lines files or directories of them (repeatable)"),
     out: Path = typer.Option(DEFAULT_COEFFICIENTS, show_default=SHOWN[DEFAULT_COEFFICIENTS],
                              help="coefficient file to write (or to check)"),
-    margin: float = typer.Option(0.05, help="safety margin multiplied onto every envelope"),
+    margin: float = typer.Option(0.05, help="safety margin: every envelope x (1 + this fraction); 0.05 is +5 %"),
     exceptions: Path = typer.Option(DEFAULT_EXCEPTIONS, show_default=SHOWN[DEFAULT_EXCEPTIONS],
                                     help="groups allowed past the quality bound, with reasons; none: no "
                                     "exceptions"),
@@ -564,7 +566,7 @@ def fit(
     skip_bad: bool = typer.Option(False, "--skip-bad", help=SKIP_BAD_HELP),
     traces: Path = typer.Option(DEFAULT_TRACES, show_default=SHOWN[DEFAULT_TRACES],
                                 help="dry-run cache the structures come from (vaemem trace --zoo "
-                                "--record); the default absent: pixel lines only"),
+                                "--record); where the default file is missing, the fit has pixel lines only"),
     replace: bool = typer.Option(False, "--replace", help="allow replacing the packaged coefficient file from "
                                  "measurements other than the default folder"),
 ) -> None:
@@ -660,8 +662,8 @@ def _coefficient_table(doc: dict) -> Any:
 
 @app.command()
 def diff(
-    old: Path = typer.Argument(..., help="coefficient file before"),
-    new: Path = typer.Argument(..., help="coefficient file after"),
+    old: Path = typer.Argument(..., help="coefficient file before (packaged: the packaged one)"),
+    new: Path = typer.Argument(..., help="coefficient file after (packaged: the packaged one)"),
     res: list[str] = typer.Option(["512", "1024"], "--res", help="resolutions to price (repeatable)"),
     tile: int = typer.Option(256, help="tile side in px used to price tiled groups"),
     frames: int = typer.Option(1, help="frames of a video architecture's clip (1 + its step x k)"),
@@ -680,6 +682,7 @@ def diff(
     try:
         if tile <= 0 or frames <= 0:
             raise VaememError(f"--tile and --frames must be positive, got {tile} and {frames}")
+        old, new = _coefficient_file(old), _coefficient_file(new)
         a, b = read_coefficients(old), read_coefficients(new)
         sizes = [parse_res(r) for r in res]
         ka, kb = _priced_keys(a), _priced_keys(b)
@@ -821,8 +824,7 @@ def estimate_cmd(
     try:
         w, h = parse_res(res)
         backend, allocator, os_, attention = _assumed_platform(dtype, backend, allocator, os_, attention)
-        # the packaged file by name (the API's None), where a file of that name in the working folder is not
-        layers = [None if str(c) == "packaged" and not c.exists() else c for c in coefficients or []]
+        layers = [None if _coefficient_file(c) == DEFAULT_COEFFICIENTS else c for c in coefficients or []]
         coef: Any = None if not layers else layers[0] if len(layers) == 1 else layers
         kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os_, batch=batch,
                   frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coef)
@@ -885,10 +887,17 @@ def _load_measurements(measurements: list[Path], skip_bad: bool) -> Any:
     return data
 
 
+def _coefficient_file(path: Path) -> Path:
+    """A coefficient file argument: ``packaged`` names the packaged file, where no file of that name is in the
+    working folder."""
+    return DEFAULT_COEFFICIENTS if str(path) == "packaged" and not path.exists() else path
+
+
 def _load_fit(measurements: list[Path], coefficients: Path, skip_bad: bool = False) -> tuple[Any, dict]:
     """The measurements (:func:`_load_measurements`) and a coefficient file that prices every model they hold."""
     from vaemem.fit.coefficients import read_coefficients
 
+    coefficients = _coefficient_file(coefficients)
     data, coef = _load_measurements(measurements, skip_bad), read_coefficients(coefficients)
     lacking = sorted({p.point["model"] for _, pts in data.groups.values() for p in pts} - set(coef["models"]))
     if lacking:
@@ -978,7 +987,7 @@ def plot(
 def export(
     python: Path = typer.Option(..., "--python", help="the module to write, e.g. vaemem_estimate.py"),
     coefficients: Path = typer.Option(DEFAULT_COEFFICIENTS, show_default=SHOWN[DEFAULT_COEFFICIENTS],
-                                      help="coefficient file to embed"),
+                                      help="coefficient file to embed (packaged: the packaged one)"),
 ) -> None:
     """Write the estimator as one self-contained Python module with the coefficients embedded as literals: an app
     vendors it and prices with nothing installed (byte-deterministic; it prices exactly what the package does)."""
@@ -987,6 +996,7 @@ def export(
     from vaemem.files import write_atomic
 
     try:
+        coefficients = _coefficient_file(coefficients)
         try:
             doc = est.load(coefficients)
         except ValueError as e:

@@ -184,6 +184,12 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
         raise VaememError(problem)
 
 
+def allocators_for(device_type: str) -> tuple[str, ...]:
+    """The allocators a point on ``device_type`` may name: MPS has only its own (no CUDA allocator setting
+    reaches it)."""
+    return CPU_ALLOCATORS if device_type == "cpu" else ("native",) if device_type == "mps" else GPU_ALLOCATORS
+
+
 def validate(p: Point) -> Point:
     """Return ``p`` if it can run, else raise VaememError naming what is wrong and the valid choices."""
     spec = get_spec(p.model)
@@ -191,7 +197,7 @@ def validate(p: Point) -> Point:
     check_variant(spec, p.tile, p.overlap, p.slicing, p.attention, p.conv3d, p.batch, p.op)
     if p.device_type not in DEVICE_TYPES or not re.fullmatch(r"[a-z]+(:\d+)?", p.device):
         raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
-    allowed = CPU_ALLOCATORS if p.device_type == "cpu" else GPU_ALLOCATORS
+    allowed = allocators_for(p.device_type)
     if p.allocator not in allowed:
         raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type}; choose one of: {', '.join(allowed)}")
     return p

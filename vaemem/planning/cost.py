@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from vaemem import estimate
@@ -89,7 +89,8 @@ def work_bytes(p: Point, coef: dict[str, Any] | None = None) -> float:
 def from_history(records: Iterable[dict[str, Any]], rig: str, device: str,
                  coef: dict[str, Any] | None = None) -> CostModel:
     """The rig's own rates (medians over its ok runs of real models), each missing one from the defaults."""
-    base = DEFAULTS.get(device.split(":")[0], DEFAULTS["cuda"])
+    kind = device.split(":")[0]
+    base = DEFAULTS.get(kind) or replace(DEFAULTS["cuda"], source=f"defaults:cuda (none for {kind})")
     starts, builds, ops = [], [], {}  # type: ignore[var-annotated]
     n = 0
     for r in records:
