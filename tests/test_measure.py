@@ -40,6 +40,8 @@ MIB = 1024 * 1024
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="native"), "choose one of: glibc, glibc-fixed"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="glibc", device="cuda"), "cudaMallocAsync"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, device="tpu"), "bad device"),
+    # no CUDA allocator setting reaches MPS: `plan --device mps --allocator system` offered cudaMallocAsync
+    (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="cudaMallocAsync", device="mps"), "choose one of: native$"),
     (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: its 2.4B-parameter decoder is a ViT"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, overlap=0.5), "applies to tiled points only"),
     (Point("tiny-kl", "decode", "fp32", 128, 128, tile=64, overlap=1.0), r"a fraction from 0 to 0.5"),
