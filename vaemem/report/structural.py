@@ -82,13 +82,19 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
             if len(rows) < GOAL_MIN_SIZES or len(sizes) < 2:
                 continue
             ratios, inside = [], []
+            priced: list[tuple[float, tuple, float]] = []  # (ratio, entry, price) of every held-out point
             for left in sizes:
                 train = [(e[3], e[4], e[5], e[6], e[7], e[8], e[9]) for e in rows if size(e) != left]
                 if len({t[0] for t in train}) < 2:
                     continue
                 line = own_line(train, margin, copies)
-                ratios += [_price(line, e) / e[5] for e in rows if size(e) == left]
-                inside += [_price(line, e) / e[5] for e in rows if size(e) == left and e[7] >= DOMAIN_MIN_FRAME_PIXELS]
+                for e in rows:
+                    if size(e) == left:
+                        price = _price(line, e)
+                        priced.append((price / e[5], e, price))
+                        ratios.append(price / e[5])
+                        if e[7] >= DOMAIN_MIN_FRAME_PIXELS:
+                            inside.append(price / e[5])
             if ratios:
                 s = _stats(ratios)
                 s["sizes"] = len(sizes)
@@ -100,6 +106,17 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
                 s["goal"] = ("met" if judged["under"] == 0 and judged["median"] <= GOAL_MEDIAN
                              and judged["max"] <= GOAL_MAX else "missed") \
                     if n_inside >= GOAL_MIN_SIZES or n_inside == 0 else f"n/a ({n_inside} sizes in the domain)"
+                # where the model is most wrong among the judged points: the lowest where one is under, else the
+                # highest
+                judged_points = [q for q in priced if not n_inside or q[1][7] >= DOMAIN_MIN_FRAME_PIXELS]
+                r, e, price = min(judged_points, key=lambda q: q[0]) if judged["under"] else \
+                    max(judged_points, key=lambda q: q[0])
+                p = e[2]
+                s["worst"] = {"point": f"{p['width']}x{p['height']}" + (f" x {p['frames']}" if p["frames"] > 1 else "")
+                              + (f", batch {p['batch']}" if p["batch"] > 1 else "")
+                              + (f", {p['tile']} px tiles" if p.get("tile") else ""),
+                              "demand_mib": round(e[5] / estimate.MIB, 1), "priced_mib": round(price / estimate.MIB, 1),
+                              "ratio": round(r, 4)}
                 out[gid] = s
     return out
 
@@ -286,9 +303,11 @@ def markdown(s: dict[str, Any]) -> str:
             f"{s['goal']['held_out_median_max']}, max <= {s['goal']['held_out_max_max']}, judged in the domain (at every "
             f"size for a group measured only below it); the ratio at every size beside it (below the domain the line "
             f"of the points measured there prices).\n",
-            "| group | sizes (in the domain) | points | held out, in the domain | held out, every size | goal |",
-            "|---|---|---|---|---|---|"]
-    out += [f"| {g} | {r['sizes']} ({r['domain_sizes']}) | {r['n']} | {_f(r['domain'])} | {_f(r)} | {r['goal']} |"
+            "| group | sizes (in the domain) | points | held out, in the domain | held out, every size | goal | its "
+            "worst point: demand -> priced MiB |",
+            "|---|---|---|---|---|---|---|"]
+    out += [f"| {g} | {r['sizes']} ({r['domain_sizes']}) | {r['n']} | {_f(r['domain'])} | {_f(r)} | {r['goal']} | "
+            f"{r['worst']['point']}: {r['worst']['demand_mib']:.1f} -> {r['worst']['priced_mib']:.1f} |"
             for g, r in s["held_out"].items()]
     out += ["", "## Leave one architecture out: its points priced as a transfer from the others (the highest of "
             "their class line and each one's line)\n",
