@@ -816,8 +816,8 @@ def test_a_tiled_fallback_is_capped_at_the_measured_untiled_price():
 def test_a_tiled_fallback_never_prices_a_larger_image_lower():
     """The fallback scaled the legacy rule of one tile by the whole request's dry runs, whose ratio the assembly
     of the tiles (the same bytes for every architecture) takes towards 1 as the image grows: CogView4's fp16 decode
-    in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and 479 at 3072, HunyuanVideo 1.5's bf16
-    encode in 256 px tiles with AMX 4157 at 768 px and 3967 larger. Now one tile's dry runs scale the rule and the
+    in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and 479 at 3072, Wan 2.1's fp16 decode of 5
+    frames in 512 px tiles 8721 at 768 px and 8190 at 4096. Now one tile's dry runs scale the rule and the
     assembly is added: every architecture, both tile sizes, 1.5 tiles to 4096 px."""
     from vaemem.models.zoo import registry
 

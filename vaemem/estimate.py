@@ -50,8 +50,8 @@ which, where it grows slower than the dry run, it never reserves more beyond the
 (c) **fallback**: the platform was never measured: ``max(legacy rule, legacy rule x dry(architecture) /
     dry(SD family), FALLBACK_MIN_DRY_FACTOR x dry(architecture))`` (+ the convolution transient on such a
     backend), both dry runs at the same width, height and batch; a tiled request's legacy rule is of one tile,
-    scaled by the dry runs of an image of one tile, plus what its tiles' assembly adds to its dry run beyond one
-    tile (``_Plan.tile_rule``); for a video VAE the legacy rule is
+    scaled by the dry runs of an image of one tile, plus FALLBACK_MIN_DRY_FACTOR x what its tiles' assembly adds to
+    its dry run beyond one tile (``_Plan.tile_rule``); for a video VAE the legacy rule is
     taken for one frame and the architecture's dry run is of the whole clip. Never below the legacy rule, and a CPU
     measurement never sets a GPU platform's price.
 
@@ -1601,8 +1601,8 @@ def _dry_peak(cs: tuple, ac: tuple | None, out: tuple | None, w: int, h: int, b:
                 dry = a if a > dry else dry
                 kdry = (a if a > kdry else kdry) if apart else k * dry
             else:
-                s = cs[7] if cs[0] else 1  # a tile of a scaled loop covers s x its px a side (Wan 2.2's encode)
-                a = attention_eval(ac, t * s, t * s, bs, f, aterms)
+                side = tile_cover(cs, t)
+                a = attention_eval(ac, side, side, bs, f, aterms)
                 dry += a
                 kdry = kdry + a if apart else k * dry
         return dry, kdry
@@ -1647,6 +1647,12 @@ def math_path_leads(structures: dict, arch: str, op: str, width: int, height: in
                         compile_structure(u) if slicing and batch > 1 else None,  # type: ignore[arg-type]
                         width, height, batch, frames, tile, onednn_hidden_factor(backend, u, frames=frames),
                         hidden_batch=onednn_hidden_factor(backend, u, frames=frames, batch=batch))
+
+
+def tile_cover(cs: tuple | None, t: int) -> int:
+    """The px a side one ``t`` px tile of a compiled structure's loop covers: ``t`` x its tile scale (Wan 2.2's
+    encode cuts its patchified input: 2), ``t`` where the structure is untiled or absent."""
+    return t * cs[7] if cs is not None and cs[0] else t
 
 
 def _whole_tile(cs: tuple, w: int, h: int, t: int) -> bool:
@@ -2214,17 +2220,18 @@ class _Plan:
         """(the fallback's rule for a tiled request, one tile's dry-run peak, the SD family's) in bytes, where the
         request's dry-run peak is ``d`` and the legacy rule of its ``t`` px tile ``floor``: that rule scaled by the
         dry runs of an image of one tile (the working set the legacy rule prices), plus what assembling the tiles
-        adds to the request's dry run beyond one tile, at its bytes. Why not the request's own dry runs' ratio: the
+        adds to the request's dry run beyond one tile x FALLBACK_MIN_DRY_FACTOR (plain tensors, no convolution's
+        workspace: the seeds' lowest demand / dry run, which no tiled GPU point has tested). Why not the request's
+        own dry runs' ratio: the
         assembly, the same bytes for every architecture, takes it towards 1 as the image grows, and CogView4's fp16
         decode in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and 479 at 3072. A tile of a
         scaled loop covers k x its px a side (Wan 2.2's encode: 2), and so does the rule: of k^2 tiles, against an
         SD tile of that side, so that the first image past the one tile that is the whole image prices no less."""
-        k = self.cs[7] if self.cs[0] else 1  # type: ignore[index]
-        side = t * k
+        side = tile_cover(self.cs, t)
         d_t = self.dry_runs(side, side, b, f, t)[0]
         ref_t = structure_eval(self.cref, side, side, b, 1, side, self.ref_terms)  # type: ignore[arg-type]
-        scaled = floor * k * k * (d_t / ref_t if ref_t and d_t > ref_t else 1.0)
-        return scaled + (d - d_t if d > d_t else 0.0), d_t, ref_t
+        scaled = floor * (side // t) ** 2 * (d_t / ref_t if ref_t and d_t > ref_t else 1.0)
+        return scaled + FALLBACK_MIN_DRY_FACTOR * (d - d_t if d > d_t else 0.0), d_t, ref_t
 
     def _frame_terms(self, f: int) -> tuple:
         """The :func:`frame_terms` at ``f`` frames of the fused structure, the attention one and the second area
@@ -2361,7 +2368,7 @@ class _Plan:
             side_w, side_h = w, h
         else:  # a tile of a scaled loop covers k x its px a side (Wan 2.2's encode), as in _dry_peak
             cs = self.cs
-            side_w = side_h = t * (cs[7] if cs is not None and cs[0] else 1)  # type: ignore[operator]
+            side_w = side_h = tile_cover(cs, t)  # type: ignore[arg-type]
         terms = self.attn_terms.get(f) or self.attn_terms.setdefault(f, frame_terms(ac, f))
         return int(attention_eval(ac, side_w, side_h, b, f, terms))  # type: ignore[arg-type]
 
@@ -3149,24 +3156,27 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     tiles = None
     if ref and tile is not None:  # the legacy rule of one tile (_Plan.tile_rule), of one sample where sliced
         sliced = plan.out is not None and int(batch) > 1
-        rule, d_t, ref_t = plan.tile_rule(tile, 1 if sliced else int(batch), int(frames), one if sliced else dry,
-                                          int(floor * one / dry) if sliced else floor)
-        tiles = (rule * dry / one if sliced else rule, d_t, ref_t, one if sliced else dry, sliced)
+        bs = 1 if sliced else int(batch)
+        legacy = _legacy(*plan.legacy, int(width), int(height), bs, 1, tile)  # as _Plan.price takes it
+        rule, d_t, ref_t = plan.tile_rule(tile, bs, int(frames), one if sliced else dry, legacy)
+        tiles = (rule * dry / one if sliced else rule, d_t, ref_t, one if sliced else dry, sliced, legacy)
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
             (not ref or scaled > (tiles[0] if tiles else floor * dry / ref)):
         reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB (the seeds' "
                   f"lowest demand / dry run), above the legacy rule"
                   + (f" of one {tile} px tile, scaled" if tiles else f" x {dry / ref:.2f}" if ref else ""))
     elif tiles:
-        _, d_t, ref_t, d, sliced = tiles
-        k = plan.cs[7] if plan.cs[0] else 1  # type: ignore[index]
-        reason = (f"platform not measured: legacy rule of one {tile} px tile"
-                  + (f" x {k * k} (a tile of its loop covers {tile * k} px a side)" if k > 1 else "")
+        _, d_t, ref_t, d, sliced, legacy = tiles
+        side = tile_cover(plan.cs, tile)
+        reason = (f"platform not measured: legacy rule of one {tile} px tile, {legacy / MIB:.0f} MiB,"
+                  + (f" x {(side // tile) ** 2} (a tile of its loop covers {side} px a side)" if side > tile else "")
                   + (f" x {d_t / ref_t:.2f} (an image of one tile dry-runs {d_t / MIB:.0f} MiB against "
                      f"{ref_t / MIB:.0f} MiB of the SD family)" if d_t > ref_t else "")
-                  + (f" + {(d - d_t) / MIB:.0f} MiB its tiles' assembly adds" if d > d_t else "")
+                  + (f" + {FALLBACK_MIN_DRY_FACTOR} x {(d - d_t) / MIB:.0f} MiB its tiles' assembly adds (the seeds' "
+                     f"lowest demand / dry run)" if d > d_t else "")
                   + f" (its dry-run peak {d / MIB:.0f} MiB)"
-                  + (", per sample of the sliced batch" if sliced else ""))
+                  + (f", per sample, x {dry / one:.3f} for the sliced batch (its dry run over one sample's)" if sliced
+                     else ""))
     elif ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
         if ratio > 1:
