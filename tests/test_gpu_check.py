@@ -24,7 +24,10 @@ def test_gpu_check_script_on_cpu(tmp_path):
     assert "fork: demand MiB" in r.stdout and "spawn: demand MiB" in r.stdout
     plan = [json.loads(l) for l in (out / "plan" / "gpu-check-cpu-plan.jsonl").read_text().splitlines()]
     assert plan and all(p["status"] in ("ok", "dropped-late") for p in plan) and "== calibration plan" in r.stdout
-    assert (out / "plan-coefficients.json").exists()
+    # the CPU's half-minute plan measures too few sizes for a line: fit refuses to write a file that prices nothing
+    # (a GPU's two-minute plan fits), and the script goes on
+    fitted = (out / "plan-coefficients.json").exists()
+    assert fitted or ("plan fit refused" in r.stdout and "nothing to fit in" in r.stderr), r.stderr[-2000:]
     variants = [json.loads(l) for l in (out / "variants" / "gpu-check-cpu.jsonl").read_text().splitlines()]
     assert [(v["status"], v["attention"], v["slicing"], v["batch"]) for v in variants] == \
         [("ok", "math", False, 1), ("ok", "fused", False, 2), ("ok", "fused", True, 2)]

@@ -1474,11 +1474,15 @@ def test_a_long_cogvideox_clip_is_not_priced_below_its_dry_run():
 
 def test_a_request_diffusers_cannot_run_is_refused():
     """CogVideoX decode at 1920x1088 x 49 frames: a split part shorter than the convolution's kernel, where
-    diffusers itself raises; the estimator says so rather than pricing it."""
+    diffusers itself raises; the estimator says so rather than pricing it, and the dry run says diffusers' reason."""
+    from vaemem.errors import VaememError
+
     doc = est.load(ROOT / "vaemem" / "coefficients.json")
     with pytest.raises(ValueError, match="diffusers cannot run this"):
         est.dry_run_bytes(doc, "cogvideox", "decode", 1920, 1088, dtype="bf16", frames=49)
-    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
+    # the dry run says the same in one line (`vaemem trace` printed diffusers' 150-line traceback)
+    with pytest.raises(VaememError, match=r"^diffusers cannot run decode of cogvideox at 1920x1088 x 49 frames: "
+                                          r"RuntimeError: .*Kernel size can't be greater than actual input size"):
         trace(TraceSpec("cogvideox", "decode", "bf16", 1920, 1088, frames=49))
 
 
