@@ -90,7 +90,7 @@ def test_the_exported_module_is_deterministic_self_contained_and_prices_what_the
 
 def test_export_refuses_a_bad_coefficient_file(tmp_path):
     bad = tmp_path / "c.json"
-    bad.write_text(json.dumps({"schema_version": 3, "models": {}, "groups": [{"op": "decode"}]}))
+    bad.write_text(json.dumps({"schema_version": 3, "margin": 0.05, "models": {}, "groups": [{"op": "decode"}]}))
     res = runner.invoke(app, ["export", "--python", str(tmp_path / "x.py"), "--coefficients", str(bad)])
     assert res.exit_code == 2 and "groups[0].architecture is missing" in res.output and not (tmp_path / "x.py").exists()
 

@@ -177,7 +177,7 @@ def test_a_trace_is_refused_before_torch_is_imported():
 def test_repeatable_options_and_a_value_that_looks_like_an_option_pass_the_check():
     """`measure -m a -m b` is a grid of two models; the value after `--out` is never read as an option."""
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "-m", "tiny-wan", "--op", "decode", "--dtype", "fp32",
-                                 "--res", "64", "--out", "-m", "--dry-run"])
+                                 "--res", "64", "--out", "-m.jsonl", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "plan: 2 points x 2 runs" in result.output
 

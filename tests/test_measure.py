@@ -325,7 +325,8 @@ def test_reader_names_file_and_line_of_bad_or_newer_lines(tmp_path):
     with pytest.raises(VaememError, match=r"m.jsonl:2: schema_version 2 is newer"):
         list(iter_records([path]))
     path.write_text('{"schema_version": 1}\n{"schema_ver')
-    with pytest.raises(VaememError, match=r"m.jsonl:2: truncated line"):
+    # with its remedy: a resumed sweep stopped there with no way forward
+    with pytest.raises(VaememError, match=r"m.jsonl:2: truncated line .*; delete or repair that line \(fit, report"):
         list(iter_records([path]))
     path.write_text('{"schema_version": 1}\nnot json\n{"no": 1}\n')
     with pytest.raises(VaememError, match=r"m.jsonl:2: malformed JSON"):
@@ -629,6 +630,15 @@ def test_out_must_be_a_regular_file_checked_before_anything_runs(tmp_path, make,
     assert fake.ran == []
     with pytest.raises(VaememError, match=message):
         check_out_path(target)
+
+
+def test_out_must_be_a_jsonl_file(tmp_path):
+    """`--out m.txt` measured, and fit and report of its folder then found no measurements."""
+    from vaemem.measuring.parent.store import check_out_path
+
+    with pytest.raises(VaememError, match=r"--out .*m\.txt: name a \.jsonl file"):
+        check_out_path(tmp_path / "m.txt")
+    check_out_path(tmp_path / "m.jsonl")
 
 
 def test_out_under_proc_is_refused():

@@ -698,7 +698,7 @@ def _kl_coef(structures, cal):
     """A coefficient document of sd15, flux1 and cogview4 with ``structures`` and the one calibration ``cal``."""
     from vaemem.models.zoo import LARGEST_CONV_PARAMETERS, OP_PARAMETERS, PARAMETERS
 
-    return {"schema_version": est.SCHEMA_VERSION,
+    return {"schema_version": est.SCHEMA_VERSION, "margin": 0.05,
             "models": {m: {"architecture": m, "parameters": PARAMETERS[m], "family": "kl", "spatial_factor": 8,
                            "temporal_factor": None, "kernel": "conv2d", "ops": ["decode", "encode"], "refused": {},
                            "refused_tiled": {}, "attention_ops": [], "op_parameters": OP_PARAMETERS[m],

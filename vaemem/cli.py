@@ -701,7 +701,7 @@ def diff(
                 refused.setdefault(str(err), f"{est.group_id(key)} at {w}x{h}")
                 return "n/a"
             priced.append(e.bytes)
-            return f"{e.bytes / MIB:.0f}"
+            return str(math.ceil(e.bytes / MIB))  # as estimate prints it: a reservation rounds up
 
         priced: list[int] = []
 

@@ -94,6 +94,7 @@ the dtypes measured) rather than a guess. The margin is already in the file.
 from __future__ import annotations
 
 import bisect
+import copy
 import json
 import math
 import numbers
@@ -376,7 +377,7 @@ def _read(p: str) -> dict:
         raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
     except RecursionError:
         raise ValueError(f"coefficient file {p} is nested too deeply to be a coefficient file") from None
-    return validate(data, f"coefficient file {p}")
+    return _validated(data, f"coefficient file {p}")
 
 
 DICTS_KEPT = 8  # validated dicts load() keeps (the cache holds each, so an id is not reused while kept)
@@ -393,13 +394,13 @@ def load(path: object = None) -> dict:
     if isinstance(path, dict):
         if path.get("_valid") is _VALID:
             return path
-        # validated once, on a copy (the caller's dict stays as it was, JSON-serialisable): later edits of it are
-        # not seen, so change a copy and pass that; the last few dicts are kept (an app building one per call
+        # validated once, on a deep copy (the caller's dict stays as it was, JSON-serialisable): later edits of it
+        # are not seen, so change a copy and pass that; the last few dicts are kept (an app building one per call
         # must not grow the cache)
         key = ("dict", id(path))
         hit = _CACHE.pop(key, None)
         if hit is None or hit[0] is not path:
-            hit = (path, validate(dict(path), "coefficients="))
+            hit = (path, validate(path, "coefficients="))
             dicts = [k for k in _CACHE if isinstance(k, tuple) and k[0] == "dict"]
             for old in dicts[:max(0, len(dicts) - DICTS_KEPT + 1)]:
                 del _CACHE[old]
@@ -418,7 +419,7 @@ def load(path: object = None) -> dict:
         if _EMBEDDED is not None:
             data = _CACHE.get("<embedded>")
             if data is None:
-                data = _CACHE["<embedded>"] = validate(_EMBEDDED, "the embedded coefficients")
+                data = _CACHE["<embedded>"] = _validated(_EMBEDDED, "the embedded coefficients")
             return data
         path = default_coefficients_path()
     key = str(path)
@@ -562,7 +563,7 @@ def _layer(docs: list) -> dict:
             calibrations[cid] = merged
     out.update(models=models, structures=structures, groups=list(groups.values()),
                calibrations=list(calibrations.values()))
-    merged = validate(out, "layered coefficients", layered=True)
+    merged = _validated(out, "layered coefficients", layered=True)
     if onednn:  # priced by the oneDNN lines' schema, the only lines whose pricing reads it
         merged["schema_version"] = docs[onednn[0]]["schema_version"]
     return merged
@@ -892,10 +893,20 @@ def check_key(key: dict, where: str) -> None:
 
 
 def validate(data: object, source: str = "coefficients", layered: bool = False) -> dict:
-    """Check a coefficient document (schema 3 to SCHEMA_VERSION) field by field and index it for pricing. Raises
+    """Check a coefficient document (schema 3 to SCHEMA_VERSION) field by field; return a validated copy indexed
+    for pricing (``data`` is left as it was: an edit of it after is checked again when it is priced). Raises
     ValueError naming ``source`` and the field (``groups[3].slope_bytes_per_pixel``): a missing field, a wrong
     type, a negative slope or factor, or a line that prices a valid request at zero or less. ``layered``: a document
     :func:`_layer` merged, whose calibrations may hold architectures of another layer than their transfer lines'."""
+    try:
+        own = copy.deepcopy(data)
+    except RecursionError:
+        raise ValueError(f"{source} is nested too deeply to be a coefficient file") from None
+    return _validated(own, source, layered)
+
+
+def _validated(data: object, source: str, layered: bool = False) -> dict:
+    """:func:`validate` in place, of a document this module owns (read from a file, the embedded one, a merge)."""
     if not isinstance(data, dict):
         raise ValueError(f"{source} is not a JSON object: not a vaemem coefficient file")
     version = data.get("schema_version")
@@ -918,8 +929,9 @@ def validate(data: object, source: str = "coefficients", layered: bool = False) 
                                            "structures": dict}[name]):
             raise ValueError(f"{source} lacks {name}: not a vaemem coefficient file, or damaged; regenerate it with "
                              f"`vaemem fit`")
-    if "margin" in data:  # already in every line: a reader of the file learns it here
-        _field(data, "margin", source, "num>=0")
+    # in every line already, and the fallback's weight copy takes it: a file without it would price that copy
+    # bare, unsaid (every file fit writes holds it)
+    _field(data, "margin", source, "num>=0")
     for name, m in data["models"].items():
         w = f"{source}: models.{name}"
         for f, kind in (("architecture", "str"), ("family", "str"), ("parameters", "int>=0"),
@@ -1872,7 +1884,9 @@ def _model(coef: dict, model: object) -> dict:
         raise ValueError(f"model must be a string, got {model!r}")
     m = coef["models"].get(model)
     if m is None:
-        raise ValueError(f"unknown model {model!r}; the coefficient file knows: {', '.join(sorted(coef['models']))}")
+        raise ValueError(f"no model {model!r} in the coefficient file (it prices the models it was fitted with: "
+                         f"measure and fit this one, or layer a file that has it); it has: "
+                         f"{', '.join(sorted(coef['models']))}")
     return m
 
 

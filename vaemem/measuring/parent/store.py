@@ -57,6 +57,8 @@ def check_out_path(path: str | Path) -> None:
     path = Path(path)
     if path.exists() and not path.is_file():
         raise VaememError(f"--out {path} is not a regular file (a directory, device or pipe): name a .jsonl file")
+    if path.suffix != ".jsonl":  # fit, report and a resumed sweep read a folder's *.jsonl files only
+        raise VaememError(f"--out {path}: name a .jsonl file (fit and report read a folder's .jsonl files)")
     folder = path.parent
     while not folder.exists():
         folder = folder.parent
@@ -177,8 +179,9 @@ def iter_records(paths: Iterable[str | Path], skip_bad: bool = False,
                 except ValueError as e:
                     reason = f"malformed JSON ({e.msg})"
             if reason is not None:
-                if not skip_bad:
-                    raise VaememError(f"{p}:{no}: {reason}")
+                if not skip_bad:  # said with its remedy: nothing reads past it, a resumed sweep included
+                    raise VaememError(f"{p}:{no}: {reason}; delete or repair that line (fit, report and plot can "
+                                      f"skip it with --skip-bad)")
                 if bad is not None:
                     bad.append(BadLine(p, no, reason))
                 continue
