@@ -1296,3 +1296,20 @@ def test_an_unsliced_batch_the_model_cannot_run_is_refused_as_unrunnable():
     for m in doc["models"].values():
         m.pop("refused_batch", None)
     assert est.working_memory_bytes("hunyuanvideo-1.5", "decode", 256, 160, batch=2, coefficients=doc, **kw) > 0
+
+
+def test_validate_leaves_the_callers_dict_alone_and_an_edit_after_it_is_checked():
+    """validate(d) marked d as validated and indexed it in place: an edit of d after priced from it unchecked (a
+    negative slope gave a negative price) and d no longer serialised to JSON."""
+    doc = json.loads(COMMITTED.read_text())
+    before = json.dumps(doc, sort_keys=True)
+    checked = est.validate(doc, "mine")
+    assert json.dumps(doc, sort_keys=True) == before and checked is not doc
+    g = doc["groups"][0]
+    g["slope_bytes_per_pixel"] = -1e9
+    with pytest.raises(ValueError, match=r"groups\[0\]\.slope_bytes_per_pixel must be a non-negative number"):
+        est.working_memory_bytes(g["architecture"], g["op"], 128, 128, dtype=g["dtype"], backend=g["conv_backend"],
+                                 allocator=g["allocator"], os=g["os"], coefficients=doc)
+    del doc["margin"]
+    with pytest.raises(ValueError, match=r"\.margin is missing"):
+        est.validate(doc, "mine")
