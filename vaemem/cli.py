@@ -634,7 +634,8 @@ def fit(
                                   *([f"--traces {q(traces)}"] if traces != DEFAULT_TRACES else []),
                                   *(["--skip-bad"] if skip_bad else [])])
                 raise VaememError(f"{out} is not what the measurements give ({_count(len(diffs), 'difference')}); "
-                                  f"run `{again}` and commit the result", 1)
+                                  f"run `{again}`" + (" and commit the result" if out.resolve() == DEFAULT_COEFFICIENTS
+                                                      else ""), 1)
             typer.echo(f"{out} is reproducible from {data.runs} runs ({len(doc['groups'])} pixel-line groups, "
                        f"{len(doc['calibrations'])} calibrations, {len(doc['structures'])} structures)")
             return

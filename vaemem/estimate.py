@@ -372,7 +372,8 @@ def _read(p: str) -> dict:
         with open(p) as f:
             data = json.load(f)
     except OSError as e:
-        raise ValueError(f"cannot read coefficient file {p}: {e.strerror}") from None
+        hint = " (in Python the packaged file is None: coefficients=[mine, None])" if str(p) == "packaged" else ""
+        raise ValueError(f"cannot read coefficient file {p}: {e.strerror}{hint}") from None
     except ValueError as e:
         raise ValueError(f"coefficient file {p} is not valid JSON: {e}") from None
     except RecursionError:

@@ -36,9 +36,12 @@ class Eta:
     unknown: int  # runs with nothing comparable (not counted in ``seconds``)
 
     def describe(self) -> str:
+        if not self.runs:
+            return "0 runs due"
         if self.unknown == self.runs:  # nothing comparable: no figure at all rather than 0.0 min
             return f"{self.runs} run{'' if self.runs == 1 else 's'}, time unknown (nothing comparable measured)"
-        parts = [f"{self.runs} run{'' if self.runs == 1 else 's'}, predicted {self.seconds / 60:.1f} min"]
+        when = f"{self.seconds / 60:.1f} min" if self.seconds >= 60 else f"{self.seconds:.0f} s"  # 0.0 min said nothing
+        parts = [f"{self.runs} run{'' if self.runs == 1 else 's'}, predicted {when}"]
         if self.guessed:
             parts.append(f"{self.guessed} from other models of the same kernel class")
         if self.unknown:
