@@ -16,6 +16,7 @@ import statistics
 from typing import Any
 
 from vaemem import estimate
+from vaemem.errors import VaememError
 from vaemem.fit.coefficients import (DOMAIN_MIN_FRAME_PIXELS, FLOOR_NAMES, Dataset, held_out_prices, own_line,
                                      own_lines, priced_as, request_of, row_of, split_variants, variant_of)
 from vaemem.measuring.point import variant_suffix
@@ -67,6 +68,16 @@ def _price(line: dict[str, Any], e: tuple) -> float:
     return estimate.calibration_bytes(line, e[3], e[4], e[6], e[7], e[8], live=e[9])
 
 
+def _worst(e: tuple, ratio: float) -> dict[str, Any]:
+    """The point of entry ``e`` priced at ``ratio`` x its demand, as a report names it (where the model is most
+    wrong: a group's or a left-out architecture's lowest ratio where one is under, else its highest)."""
+    p = e[2]
+    return {"point": f"{p['model']} {p['width']}x{p['height']}" + (f" x {p['frames']}" if p["frames"] > 1 else "")
+            + (f", batch {p['batch']}" if p["batch"] > 1 else "") + (f", {p['tile']} px tiles" if p.get("tile") else ""),
+            "demand_mib": round(e[5] / estimate.MIB, 1), "priced_mib": round(ratio * e[5] / estimate.MIB, 1),
+            "ratio": round(ratio, 4)}
+
+
 def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
     """Per group with 4+ sizes: held-out ratios of its own calibration line at every size, and (``domain``) at the
     sizes of the calibration domain, where the goal is judged when they are 4 or more."""
@@ -109,14 +120,9 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
                 # where the model is most wrong among the judged points: the lowest where one is under, else the
                 # highest
                 judged_points = [q for q in priced if not n_inside or q[1][7] >= DOMAIN_MIN_FRAME_PIXELS]
-                r, e, price = min(judged_points, key=lambda q: q[0]) if judged["under"] else \
+                r, e, _ = min(judged_points, key=lambda q: q[0]) if judged["under"] else \
                     max(judged_points, key=lambda q: q[0])
-                p = e[2]
-                s["worst"] = {"point": f"{p['width']}x{p['height']}" + (f" x {p['frames']}" if p["frames"] > 1 else "")
-                              + (f", batch {p['batch']}" if p["batch"] > 1 else "")
-                              + (f", {p['tile']} px tiles" if p.get("tile") else ""),
-                              "demand_mib": round(e[5] / estimate.MIB, 1), "priced_mib": round(price / estimate.MIB, 1),
-                              "ratio": round(r, 4)}
+                s["worst"] = _worst(e, r)
                 out[gid] = s
     return out
 
@@ -127,18 +133,21 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
     out = []
     points = _points(data, structures)
 
-    def keyed(entries: list[tuple]) -> tuple[dict[str, list[tuple]], dict[str, list[tuple]]]:
-        """(rows per architecture, per architecture and variant, as the fit keeps them)."""
+    def keyed(entries: list[tuple]) -> tuple[dict[str, list[tuple]], dict[str, list[tuple]], dict[str, list[tuple]]]:
+        """(rows per architecture, per architecture and variant, as the fit keeps them, and the entries of the
+        latter's rows)."""
         per_arch: dict[str, list[tuple]] = {}
         per_key: dict[str, list[tuple]] = {}
+        of_key: dict[str, list[tuple]] = {}
         for e in entries:
             row = (e[3], e[4], e[5], e[6], e[7], e[8], e[9])
             per_arch.setdefault(e[0], []).append(row)
             per_key.setdefault(e[0] + e[11], []).append(row)
-        return per_arch, per_key
+            of_key.setdefault(e[0] + e[11], []).append(e)
+        return per_arch, per_key, of_key
 
     for cid, entries in sorted(points.items()):
-        per_arch, per_key = keyed(entries)
+        per_arch, per_key, of_key = keyed(entries)
         if len(per_arch) < 2:
             continue
         copies = entries[0][10]["conv_backend"] in estimate.WEIGHT_COPY_BACKENDS
@@ -159,6 +168,13 @@ def leave_one_architecture_out(data: Dataset, structures: dict[str, Any], margin
             # share of that price the weight copy added
             worst = min(prices) if row["under"] else max(prices)
             row["worst_line"], row["worst_copy_share"] = worst[1], round(worst[2], 3)
+            # its entries in held_out_prices' order: per key, sorted, the points in the calibration domain
+            priced = [e for k in sorted(of_key) if estimate.variant_parts(k)[0] == x for e in of_key[k]
+                      if e[7] >= DOMAIN_MIN_FRAME_PIXELS]
+            if len(priced) != len(prices):
+                raise VaememError(f"internal error, a vaemem bug: {len(prices)} prices of {x} in {cid} for "
+                                  f"{len(priced)} points")
+            row["worst"] = _worst(priced[prices.index(worst)], worst[0])
             out.append(row)
     return out
 
@@ -288,7 +304,9 @@ def _listed(r: dict[str, Any]) -> str:
     why.append(f"{'at its lowest' if r['under'] else 'at its highest'} priced by {_line_named(r['worst_line'])}")
     if r["worst_copy_share"] >= 0.1:  # a weight copy that is a tenth of the price or more: say so
         why.append(f"{r['worst_copy_share']:.0%} of it the weight copy")
-    return f"{'under' if r['under'] else 'over'}: " + ", ".join(why)
+    w = r["worst"]
+    return (f"{'under' if r['under'] else 'over'}: " + ", ".join(why)
+            + f"; {w['point']}: {w['demand_mib']:.1f} -> {w['priced_mib']:.1f} MiB")
 
 
 def markdown(s: dict[str, Any]) -> str:
