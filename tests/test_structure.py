@@ -742,7 +742,8 @@ def test_a_class_whose_held_out_architecture_is_under_reserved_does_not_agree(tm
     from vaemem.report.structural import _listed
 
     assert [(_listed(r), r["demand_per_dry"]) for r in rows if r["architecture"] == "flux1"] == [
-        ("under: at its lowest priced by the class line", 1.338)]  # the others need 0.3 x their dry run beyond it
+        ("under: at its lowest priced by the class line; flux1 256x256: 400.0 -> 301.3 MiB", 1.338)]
+    # the others need 0.3 x their dry run beyond it
     # and 30 MiB: a first call's cost is the 30 MiB no size sets (first_call_bytes), and their line prices above
     # the floor of the dry run and it
     (fine,) = co.calibrate(_data(tmp_path, [r for r in recs if r["model"] != "flux1"]), STRUCTS, margin=0.05)
@@ -1153,11 +1154,14 @@ def test_a_held_out_point_names_the_line_that_priced_it():
     from vaemem.report.structural import _line_named, _listed
 
     row = {"listed": True, "under": 0, "demand_per_dry": 1.3, "others_demand_per_dry": [1.2, 2.0],
-           "worst_line": beyond_by, "worst_copy_share": 0.25}
-    assert _listed(row) == "over: at its highest priced by b's line, 25% of it the weight copy"
-    assert _listed({**row, "worst_copy_share": 0.05}) == "over: at its highest priced by b's line"
+           "worst_line": beyond_by, "worst_copy_share": 0.25,
+           "worst": {"point": "x 512x512", "demand_mib": 100.0, "priced_mib": 150.0, "ratio": 1.5}}
+    assert _listed(row) == "over: at its highest priced by b's line, 25% of it the weight copy; x 512x512: 100.0 -> " \
+                           "150.0 MiB"
+    assert _listed({**row, "worst_copy_share": 0.05}).startswith("over: at its highest priced by b's line; x 512")
     assert _listed({**row, "under": 1, "demand_per_dry": 2.5, "worst_line": "class", "worst_copy_share": 0}) == \
-        "under: its demand / dry above the others', at its lowest priced by the class line"
+        "under: its demand / dry above the others', at its lowest priced by the class line; x 512x512: 100.0 -> " \
+        "150.0 MiB"
     assert _line_named("sd15/math") == "the line of sd15's math-attention points"
     assert _line_named(est.OWN_UNTILED) == "its own untiled line"
 
