@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import scale_slope, unmeasured
 
+from vaemem import estimate as est
 from vaemem.cli import app
 from vaemem.errors import VaememError
 from vaemem.fit import coefficients as co
@@ -147,6 +148,23 @@ def test_packaged_names_the_packaged_file_in_every_command(tmp_path, monkeypatch
     assert out.read_bytes() == _exported(tmp_path, str(ROOT / "vaemem" / "coefficients.json"))
     same = runner.invoke(app, ["diff", "packaged", str(ROOT / "vaemem" / "coefficients.json"), "--res", "512"])
     assert same.exit_code == 0 and "sd15/decode/onednn/glibc-fixed/fp32/linux/untiled" in same.output
+
+
+def test_packaged_on_estimate_is_the_shipped_file_whatever_the_environment_says(monkeypatch):
+    """`--coefficients packaged` became the API's None, which $VAEMEM_COEFFICIENTS redirects: estimate priced the
+    plan's fit where export, diff and report read the shipped file."""
+    args = ["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp32", "--backend", "onednn",
+            "--allocator", "glibc-fixed", "--os", "linux", "--json"]
+    shipped = json.loads(runner.invoke(app, args).stdout)["bytes"]
+    monkeypatch.setenv("VAEMEM_COEFFICIENTS", str(ROOT / "fits" / "plan" / "coefficients.json"))
+    est.clear_cache()
+    try:
+        plan = json.loads(runner.invoke(app, args).stdout)["bytes"]
+        for named in ("packaged", str(ROOT / "vaemem" / "coefficients.json")):
+            assert json.loads(runner.invoke(app, [*args, "--coefficients", named]).stdout)["bytes"] == shipped
+    finally:
+        est.clear_cache()
+    assert plan != shipped  # the environment's file sets the default
 
 
 def _exported(tmp_path: Path, coefficients: str) -> bytes:

@@ -825,7 +825,8 @@ def estimate_cmd(
     try:
         w, h = parse_res(res)
         backend, allocator, os_, attention = _assumed_platform(dtype, backend, allocator, os_, attention)
-        layers = [None if _coefficient_file(c) == DEFAULT_COEFFICIENTS else c for c in coefficients or []]
+        layers = [_coefficient_file(c) for c in coefficients or []]  # packaged: the shipped file, whatever
+        # $VAEMEM_COEFFICIENTS says (it sets the default, which no --coefficients takes)
         coef: Any = None if not layers else layers[0] if len(layers) == 1 else layers
         kw = dict(dtype=dtype, loaded_dtype=loaded_dtype, backend=backend, allocator=allocator, os=os_, batch=batch,
                   frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coef)
