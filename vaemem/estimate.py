@@ -2237,9 +2237,9 @@ class _Plan:
         dry runs of an image of one tile (the working set the legacy rule prices), plus what assembling the tiles
         adds to the request's dry run beyond one tile x FALLBACK_MIN_DRY_FACTOR (plain tensors, no convolution's
         workspace: the seeds' lowest demand / dry run, which no tiled GPU point has tested). Why not the request's
-        own dry runs' ratio: the
-        assembly, the same bytes for every architecture, takes it towards 1 as the image grows, and CogView4's fp16
-        decode in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and 479 at 3072. A tile of a
+        own dry runs' ratio: the assembly, the same bytes for every architecture, takes it towards 1 as the image
+        grows, and CogView4's fp16 decode in 256 px tiles on an unmeasured cuDNN was priced 683 MiB at 512 px and
+        479 at 3072. A tile of a
         scaled loop covers k x its px a side (Wan 2.2's encode: 2), and so does the rule: of k^2 tiles, against an
         SD tile of that side, so that the first image past the one tile that is the whole image prices no less."""
         side = tile_cover(self.cs, t)
@@ -3168,6 +3168,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                         + _capped_says(plan, dry)
                         + cast_note, env, plan.cast_bytes, floor, pixels)
     scaled = env - copy  # the rule before the weight copy
+    measured_untiled = tile is not None and plan.whole is not None and plan.whole.kind != "fallback"
+    unmeasured = "platform not measured tiled" if measured_untiled else "platform not measured"
     tiles = None
     if ref and tile is not None:  # the legacy rule of one tile (_Plan.tile_rule), of one sample where sliced
         sliced = plan.out is not None and int(batch) > 1
@@ -3177,13 +3179,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         tiles = (rule * dry / one if sliced else rule, d_t, ref_t, one if sliced else dry, sliced, legacy)
     if dry is not None and scaled == int(FALLBACK_MIN_DRY_FACTOR * dry) and scaled > floor and \
             (not ref or scaled > (tiles[0] if tiles else floor * dry / ref)):
-        reason = (f"platform not measured: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB (the seeds' "
+        reason = (f"{unmeasured}: {FALLBACK_MIN_DRY_FACTOR} x its dry-run peak {dry / MIB:.0f} MiB (the seeds' "
                   f"lowest demand / dry run), above the legacy rule"
                   + (f" of one {tile} px tile, scaled" if tiles else f" x {dry / ref:.2f}" if ref else ""))
     elif tiles:
         _, d_t, ref_t, d, sliced, legacy = tiles
         side = tile_cover(plan.cs, tile)
-        reason = (f"platform not measured: legacy rule of one {tile} px tile, {legacy / MIB:.0f} MiB,"
+        reason = (f"{unmeasured}: legacy rule of one {tile} px tile, {legacy / MIB:.0f} MiB,"
                   + (f" x {(side // tile) ** 2} (a tile of its loop covers {side} px a side)" if side > tile else "")
                   + (f" x {d_t / ref_t:.2f} (an image of one tile dry-runs {d_t / MIB:.0f} MiB against "
                      f"{ref_t / MIB:.0f} MiB of the SD family)" if d_t > ref_t else "")
@@ -3195,17 +3197,16 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     elif ref:  # the fallback scaled by the dry runs
         ratio = dry / ref
         if ratio > 1:
-            reason = (f"platform not measured: legacy rule x {ratio:.2f} (dry-run peak {dry / MIB:.0f} MiB against "
+            reason = (f"{unmeasured}: legacy rule x {ratio:.2f} (dry-run peak {dry / MIB:.0f} MiB against "
                       f"{ref / MIB:.0f} MiB of the SD family)")
         else:
-            reason = f"platform not measured: legacy rule (dry-run peak {ratio:.2f}x the SD family's)"
+            reason = f"{unmeasured}: legacy rule (dry-run peak {ratio:.2f}x the SD family's)"
     else:
-        reason = "platform not measured: legacy rule (no dry-run structure" + \
+        reason = f"{unmeasured}: legacy rule (no dry-run structure" + \
                  (", frames priced as pixels)" if int(frames) > 1 and dry is None else ")")
     if copy:
         reason += f" + {_copy_says(plan, tile)} on {backend}, {copy / MIB:.0f} MiB with the margin"
-    if tile is not None and plan.whole is not None and plan.whole.kind != "fallback":  # measured here untiled
-        reason = reason.replace("platform not measured", "platform not measured tiled", 1)
+    if measured_untiled:  # whose price caps no tiled one where the live floor set it
         try:
             whole = plan.whole.price(width, height, batch, frames, None)
         except ValueError:  # diffusers cannot run it untiled

@@ -166,8 +166,9 @@ def check_geometry(spec: ModelSpec, op: str, dtype: str, width: int, height: int
     for name, value in (("width", width), ("height", height), ("batch", batch), ("frames", frames)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise VaememError(f"{name} must be a positive integer, got {value!r}")
-    if batch_error(batch):
-        raise VaememError(batch_error(batch))
+    problem = batch_error(batch)
+    if problem:
+        raise VaememError(problem)
     if spec.frames_error(frames):
         if not spec.is_video:
             video = ", ".join(n for n, s in registry().items() if s.is_video and not s.tiny)

@@ -92,20 +92,15 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
             sizes = sorted({size(e) for e in rows}, key=str)
             if len(rows) < GOAL_MIN_SIZES or len(sizes) < 2:
                 continue
-            ratios, inside = [], []
-            priced: list[tuple[float, tuple, float]] = []  # (ratio, entry, price) of every held-out point
+            priced: list[tuple[float, tuple]] = []  # (reservation / demand, entry) of every held-out point
             for left in sizes:
                 train = [(e[3], e[4], e[5], e[6], e[7], e[8], e[9]) for e in rows if size(e) != left]
                 if len({t[0] for t in train}) < 2:
                     continue
                 line = own_line(train, margin, copies)
-                for e in rows:
-                    if size(e) == left:
-                        price = _price(line, e)
-                        priced.append((price / e[5], e, price))
-                        ratios.append(price / e[5])
-                        if e[7] >= DOMAIN_MIN_FRAME_PIXELS:
-                            inside.append(price / e[5])
+                priced += [(_price(line, e) / e[5], e) for e in rows if size(e) == left]
+            ratios = [r for r, _ in priced]
+            inside = [r for r, e in priced if e[7] >= DOMAIN_MIN_FRAME_PIXELS]
             if ratios:
                 s = _stats(ratios)
                 s["sizes"] = len(sizes)
@@ -120,7 +115,7 @@ def held_out(data: Dataset, structures: dict[str, Any], margin: float) -> dict[s
                 # where the model is most wrong among the judged points: the lowest where one is under, else the
                 # highest
                 judged_points = [q for q in priced if not n_inside or q[1][7] >= DOMAIN_MIN_FRAME_PIXELS]
-                r, e, _ = min(judged_points, key=lambda q: q[0]) if judged["under"] else \
+                r, e = min(judged_points, key=lambda q: q[0]) if judged["under"] else \
                     max(judged_points, key=lambda q: q[0])
                 s["worst"] = _worst(e, r)
                 out[gid] = s
