@@ -6,7 +6,9 @@
 A measurement is the op's first call in a fresh process (``vaemem.measuring.child.worker``), as an app's first
 call is. Each point here runs in a process of its own: the model built from its config, the op run twice under
 the CPU probe (``CpuProbe``: the resident peak above the resident size before the call), then the dry run of the
-same point with oneDNN's buffers for this CPU's backend (``vaemem.estimate.conv_backend``). Prints, in MiB:
+same point the CPU's calibration lines are in: with oneDNN's buffers for this CPU's backend
+(``vaemem.estimate.conv_backend``), or its convolutions' call peak where the estimator prices by that
+(``vaemem.estimate.call_peak``). Prints, in MiB:
 the first call's demand, the second's, the dry run, warm / dry, first - warm, and what the first call left
 resident for good, file-backed (code pages of the kernels it ran for the first time: clean, shared, reclaimable)
 and anonymous.
@@ -55,7 +57,7 @@ def one(model: str, op: str, dtype: str, width: int, height: int, frames: int) -
     """In this process: the first and the second call's readings and the dry run's peak, in bytes."""
     import torch
 
-    from vaemem.estimate import WEIGHT_COPY_BACKENDS, conv_backend
+    from vaemem.estimate import WEIGHT_COPY_BACKENDS, call_peak, conv_backend, load, structure_key
     from vaemem.measuring.child.probes import CpuProbe, demand_from
     from vaemem.models.build import build_model, input_shape, make_input, run_op
     from vaemem.models.zoo import get_spec
@@ -79,7 +81,11 @@ def one(model: str, op: str, dtype: str, width: int, height: int, frames: int) -
     backend = conv_backend(torch, "cpu", dtype)
     dry = t.peak_bytes if backend not in WEIGHT_COPY_BACKENDS else \
         t.onednn_peak_bytes_no_amx if backend == "onednn" and dtype != "fp32" else t.onednn_peak_bytes
-    return {"first": calls[0], "warm": calls[1], "dry": dry}
+    # where the estimator prices the point by its convolutions' calls (live bytes there plus the weight copy or
+    # im2col buffer each holds), the lines are in the larger of that call peak and the dry run, as the fit takes it
+    s = load()["structures"].get(structure_key(spec.architecture, op, "fp32", False))
+    cp = call_peak(s, dtype, backend, False, 1, width, height, frames)
+    return {"first": calls[0], "warm": calls[1], "dry": max(dry, cp or 0)}
 
 
 def main(points: list[tuple]) -> None:
