@@ -210,6 +210,31 @@ def test_report_skips_a_malformed_line_only_when_asked(tmp_path):
     assert ok.exit_code == 0 and "skipped " in ok.output and "malformed JSON" in ok.output
 
 
+def test_a_binary_file_among_measurements_or_as_a_sweep_is_one_line(tmp_path):
+    """Bytes that are not UTF-8 (a PNG saved as .jsonl, or given as a sweep) are a bad line / a bad sweep file, said
+    in one line; a crashed with AttributeError (a UnicodeDecodeError has no .msg) and a raw UnicodeDecodeError."""
+    binary = b"\x89PNG\r\n\x1a\n\xff\xfe\n"
+    m = tmp_path / "m.jsonl"
+    m.write_bytes(TINY.read_bytes() + binary)
+    bad = runner.invoke(app, ["report", "--measurements", str(m), "--format", "json"])
+    assert bad.exit_code == 2 and "m.jsonl:" in _err_line(bad) and "not UTF-8 text" in _err_line(bad), bad.output
+    ok = runner.invoke(app, ["report", "--measurements", str(m), "--format", "json", "--skip-bad"])
+    assert ok.exit_code == 0 and "not UTF-8 text" in ok.output
+    (tmp_path / "s.toml").write_bytes(binary)
+    sweep = runner.invoke(app, ["measure", "--sweep", str(tmp_path / "s.toml"), "--dry-run"])
+    assert sweep.exit_code == 2 and "not UTF-8 text, not a sweep file" in _err_line(sweep), sweep.output
+
+
+def test_bench_conv3d_results_beside_measurements_do_not_stop_a_sweep(tmp_path):
+    """bench-conv3d's lines (a ``kind`` of their own, no point key) in the folder a sweep resumes from are not
+    measurements: the sweep plans as without them (it crashed with KeyError: 'point_key')."""
+    (tmp_path / "bench.jsonl").write_text(json.dumps({"schema_version": 1, "kind": "conv3d", "model": "tiny-wan",
+                                                      "rig": {"name": "r"}}) + "\n")
+    result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                                 "--out", str(tmp_path / "m.jsonl"), "--dry-run"])
+    assert result.exit_code == 0 and "plan: 1 point x 2 runs, 2 due" in result.output, result.output
+
+
 def test_report_and_plot_refuse_measurements_of_a_model_the_file_does_not_price(tmp_path):
     """A coefficient file fitted from some of the measurements, judged on all of them: one line naming the models
     it lacks and how to fit one that holds them (it crashed with a KeyError)."""

@@ -169,6 +169,7 @@ def test_bench_conv3d_both_paths_in_fresh_processes(tmp_path):
     (["-m", "tiny-wan", "--frames", "4"], "1 + 4k"),
     (["-m", "tiny-wan", "--res", "64", "--tiles", "3x1"], "multiples of 8"),
     (["-m", "tiny-wan", "--tiles", "2"], "bad --tiles"),
+    (["-m", "tiny-wan", "--res", "64x64", "--frames", "5", "--device", "xpu:7"], "torch sees no xpu device"),
 ])
 def test_bench_conv3d_bad_input(args, message):
     from typer.testing import CliRunner

@@ -152,7 +152,7 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
     """Run the requested path(s) in fresh processes; append and return one record per path."""
     from vaemem.measuring.plumbing.launcher import make_launcher
     from vaemem.measuring.point import default_allocator
-    from vaemem.measuring.parent.runner import classify, git_commit
+    from vaemem.measuring.parent.runner import classify, git_commit, see_devices
     from vaemem.models.zoo import get_spec
 
     if model not in BENCH_MODELS:
@@ -176,6 +176,7 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
         raise VaememError(f"{width}x{height} cut into {rows}x{cols} tiles must give tiles in multiples of {f} px")
     if not re.fullmatch(r"(cpu|cuda|xpu)(:\d+)?|mps", device):
         raise VaememError(f"bad device {device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
+    see_devices({device})  # a device this torch lacks: refused, not two error runs and exit 0
     if out is not None:  # before minutes of benchmark: a file that cannot take lines, or of a newer schema
         check_out_path(out)
         if out.exists():

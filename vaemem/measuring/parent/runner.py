@@ -143,7 +143,8 @@ def read_history(out: Path) -> list[dict[str, Any]]:
     a broken neighbour does not stop a sweep."""
     others = sorted(set(expand_paths([out.parent])) - {out}) if out.parent.is_dir() else []
     records = [r for _, _, r in iter_records([out])] if out.exists() else []
-    return records + [r for _, _, r in iter_records(others, skip_bad=True)]
+    # measurement lines only: bench-conv3d's results (a ``kind`` of their own) may share the folder
+    return [r for r in records + [r for _, _, r in iter_records(others, skip_bad=True)] if "point_key" in r]
 
 
 def recorded_runs(out: Path, rig: str, retry_failed: bool = False,
@@ -228,10 +229,16 @@ def check_devices(points: Sequence[Point], devices: Sequence[int] | None,
     """Refuse points on a device this environment's torch does not see, before any run: each would be recorded
     as an error run and, resumed, skipped. ``probe``: the command that prints what torch sees as JSON (default:
     :data:`DEVICE_PROBE` in this interpreter; tests pass a fake). CPU points need no probe."""
+    see_devices({p.device for p in points if p.device_type != "cpu"} | {f"cuda:{i}" for i in devices or ()}, probe)
+
+
+def see_devices(wanted: set[str], probe: Sequence[str] | None = None) -> None:
+    """Refuse any of the devices ``wanted`` (``cuda``, ``cuda:1``, ``mps``, ``xpu``...) that this environment's
+    torch does not see (:func:`check_devices`' test, also bench-conv3d's)."""
     import json
     import sys
 
-    wanted = {p.device for p in points if p.device_type != "cpu"}
+    wanted = {d for d in wanted if d != "cpu"}
     if not wanted:
         return
     try:
@@ -240,12 +247,12 @@ def check_devices(points: Sequence[Point], devices: Sequence[int] | None,
         seen = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
         raise VaememError(f"cannot ask torch which devices it sees: {e}") from None
-    for device in sorted(wanted) + [f"cuda:{i}" for i in devices or ()]:
+    for device in sorted(wanted):
         kind, _, index = device.partition(":")
         count = seen.get(kind, 0) if kind != "mps" else int(bool(seen.get("mps")))
         if count == 0:
             raise VaememError(f"device {device}: this environment's torch sees no {kind} device "
-                              f"(torch.{kind}.is_available() is False); measure on a rig that has one")
+                              f"(torch.{kind}.is_available() is False); run on a rig that has one")
         if index and int(index) >= count:
             raise VaememError(f"device {device}: torch sees {count} {kind} device{'s' if count > 1 else ''} "
                               f"(indices 0-{count - 1})")

@@ -176,6 +176,8 @@ def iter_records(paths: Iterable[str | Path], skip_bad: bool = False,
                 try:
                     record = json.loads(raw)
                     reason = _check(record)
+                except UnicodeDecodeError:  # a ValueError without .msg: binary bytes, not a measurement file
+                    reason = "not UTF-8 text (a binary file?)"
                 except ValueError as e:
                     reason = f"malformed JSON ({e.msg})"
             if reason is not None:

@@ -88,6 +88,8 @@ def _parse(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as e:
         raise VaememError(f"cannot read sweep file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise VaememError(f"{path}: not UTF-8 text, not a sweep file (TOML or JSON)") from None
     try:
         if path.suffix == ".toml":
             import tomllib
