@@ -225,6 +225,25 @@ def test_a_binary_file_among_measurements_or_as_a_sweep_is_one_line(tmp_path):
     assert sweep.exit_code == 2 and "not UTF-8 text, not a sweep file" in _err_line(sweep), sweep.output
 
 
+def test_a_file_of_another_kind_is_named_as_not_this_kind(tmp_path):
+    """Each of vaemem's files given where another is expected says what it is not, never "newer: upgrade vaemem",
+    "old: refit" or "delete that line" (a coefficient file of schema 26 as a sweep or a dry-run cache read as newer;
+    the dry-run cache as coefficients as an old file to refit; either as measurements as a malformed line)."""
+    coefficients, traces = str(est.default_coefficients_path()), str(ROOT / "fits" / "traces.json")
+    for args, message in [
+        (["measure", "--sweep", coefficients, "--dry-run"], "not a sweep file (no [[grid]], [[point]] or runs)"),
+        (["fit", "--measurements", str(TINY), "--traces", coefficients, "--out", str(tmp_path / "c.json")],
+         "not a vaemem dry-run cache (it has no entries)"),
+        (["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp16", "--coefficients", traces,
+          "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--attention", "fused"],
+         "is not a vaemem coefficient file (it has no groups)"),
+        (["fit", "--measurements", traces, "--out", str(tmp_path / "c.json")], "traces.json: not a measurement file"),
+    ]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and message in _err_line(result), (args, result.output)
+        assert "upgrade" not in result.output and "refit" not in result.output
+
+
 def test_bench_conv3d_results_beside_measurements_do_not_stop_a_sweep(tmp_path):
     """bench-conv3d's lines (a ``kind`` of their own, no point key) in the folder a sweep resumes from are not
     measurements: the sweep plans as without them (it crashed with KeyError: 'point_key')."""

@@ -328,8 +328,15 @@ def test_file_is_read_once_and_newer_schemas_are_refused(tmp_path):
         est.load(path)
     for old in (1, 2):  # 2 lacks the split convolutions and floors a file of 3 may hold: refused, not misread
         est.clear_cache()
-        path.write_text(json.dumps({"schema_version": old}))
+        path.write_text(json.dumps({"schema_version": old, "groups": []}))
         with pytest.raises(ValueError, match="refit it from the measurements with `vaemem fit`"):
+            est.load(path)
+    # another file of ours is not an old coefficient file to refit: a dry-run cache, a measurement line
+    for other in ({"schema_version": 1, "entries": {}, "entries_sha256": "0"},
+                  {"schema_version": 1, "point_key": "sd15/decode/fp32/64x64/b1/f1/t0/glibc-fixed/cpu"}):
+        est.clear_cache()
+        path.write_text(json.dumps(other))
+        with pytest.raises(ValueError, match=r"is not a vaemem coefficient file \(it has no groups\): `vaemem fit` "):
             est.load(path)
     est.clear_cache()
 

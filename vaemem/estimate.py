@@ -916,6 +916,9 @@ def _validated(data: object, source: str, layered: bool = False) -> dict:
                          f"file, or damaged")
     if version not in READABLE_SCHEMAS:
         newer = version > SCHEMA_VERSION
+        if not newer and not isinstance(data.get("groups"), list):  # every coefficient file has held its groups:
+            # another file of ours (a dry-run cache, a measurement line) is not an old one to refit
+            raise ValueError(f"{source} is not a vaemem coefficient file (it has no groups): `vaemem fit` writes one")
         hint = ("; upgrade vaemem" if newer else
                 "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
                 "readable)" if version < SCHEMA_VERSION else "")

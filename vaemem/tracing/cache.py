@@ -116,6 +116,10 @@ def read_cache(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("schema_version"), int):
         raise VaememError(f"{path}: no integer schema_version: not a vaemem dry-run cache")
     if doc["schema_version"] != CACHE_SCHEMA_VERSION:
+        if "entries" not in doc:  # every cache has held its entries: another file of ours (a coefficient file) is
+            # not a newer cache to upgrade vaemem for
+            raise VaememError(f"{path}: not a vaemem dry-run cache (it has no entries): `vaemem trace --zoo --record "
+                              f"FILE` writes one")
         newer = doc["schema_version"] > CACHE_SCHEMA_VERSION
         raise VaememError(f"{path}: schema_version {doc['schema_version']} is "
                           f"{'newer than' if newer else 'not'} the one this vaemem reads ({CACHE_SCHEMA_VERSION})"

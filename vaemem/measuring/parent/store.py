@@ -197,6 +197,9 @@ def expand_paths(items: Iterable[str | Path]) -> list[Path]:
         p = Path(item)
         if p.is_dir():
             out.extend(sorted(p.glob("*.jsonl")))
+        elif p.exists() and p.suffix != ".jsonl":  # as measure --out: a coefficient file or a dry-run cache given
+            # here would read as a malformed line, with the advice to delete it
+            raise VaememError(f"{p}: not a measurement file (those are the .jsonl files `vaemem measure` writes)")
         elif p.exists():
             out.append(p)
         else:

@@ -129,6 +129,10 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise VaememError(f"{path}: no integer schema_version (this vaemem reads 1 and {SWEEP_SCHEMA_VERSION})")
+    if set(data) - {"schema_version"} and not {"grid", "point", "runs"} & set(data):  # every sweep and plan has
+        # held one: another file of ours (a coefficient file) is not a newer sweep to upgrade vaemem for
+        raise VaememError(f"{path}: not a sweep file (no [[grid]], [[point]] or runs): write one as README's "
+                          f"\"File formats\" shows, or with `vaemem plan`")
     if version > SWEEP_SCHEMA_VERSION:
         raise VaememError(f"{path}: schema_version {version} is newer than this vaemem understands "
                           f"({SWEEP_SCHEMA_VERSION}); upgrade vaemem")
