@@ -281,6 +281,8 @@ def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, 
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--traces", "no-such.json"],
          "--traces no-such.json: no such file"),
         (["plot", "--measurements", "m.jsonl", "--out", "afile"], "cannot make that directory"),
+        (["fit", "--measurements", "m.jsonl", "--out", "."], "cannot write .: it is a directory"),
+        (["fit", "--measurements", "m.jsonl", "--out", "afile/c.json"], "afile is not a directory"),
         (["bench-conv3d", "-m", "tiny-wan", "--res", "64x64", "--frames", "5", "--runs", "1", "--out", "afile/x.jsonl"],
          "is not a directory"),
     ]:

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from vaemem.errors import VaememError
 from vaemem.estimate import MIB  # stdlib only: the CLI stays light
-from vaemem.files import default_path, packaged_coefficients
+from vaemem.files import check_writable, default_path, packaged_coefficients
 
 
 class _Group(TyperGroup):
@@ -577,6 +577,11 @@ def fit(
     from vaemem.tracing import cache as tc
 
     try:
+        # the file to write or check, before a minute of fitting
+        if not check_only:
+            check_writable(out)
+        elif not out.is_file():
+            raise VaememError(f"cannot read coefficient file {out}: no such file")
         data = _load_measurements(measurements, skip_bad)
         if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
                 and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]):
@@ -640,10 +645,18 @@ def fit(
                        f"{len(doc['calibrations'])} calibrations, {len(doc['structures'])} structures)")
             return
         co.write_atomic(out, text)
-        _console().print(_coefficient_table(result.document))
-        for u in result.document["unfitted"]:
-            typer.echo(f"not fitted: {u['group']}: {u['reason']}")
-        typer.echo(f"wrote {out}: {len(result.document['groups'])} groups from {data.runs} runs")
+        if doc["groups"]:
+            _console().print(_coefficient_table(doc))
+        lined, calibrated = co.calibrated_groups(doc)
+        for u in doc["unfitted"]:
+            if u not in calibrated:
+                typer.echo(f"not fitted: {u['group']}: {u['reason']}")
+        if calibrated:
+            typer.echo(f"{_count(len(calibrated), 'group')} without a pixel line priced by their platform's "
+                       f"calibration (`vaemem report`)")
+        typer.echo(f"wrote {out} from {_count(data.runs, 'run')}: {_count(len(doc['calibrations']), 'calibration')} "
+                   f"({_count(len(lined), 'group')} on lines of their own), "
+                   f"{_count(len(doc['structures']), 'structure')}, {_count(len(doc['groups']), 'pixel-line group')}")
     except VaememError as e:
         _fail(e)
 

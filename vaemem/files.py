@@ -20,17 +20,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder, fsync and a rename: a reader sees
     the old file or the new one, never half of one. The file gets the usual mode (0666 less the umask), not the
     temporary file's 0600. Any failure is one VaememError naming the path."""
-    given = Path(path)
-    path = Path(os.path.realpath(given))  # through a symbolic link: the link stays, its target is replaced
-    if path.is_dir():
-        raise VaememError(f"cannot write {given}: it is a directory")
-    if path.exists() and not path.is_file():  # a device or a pipe: a rename would replace the node itself
-        raise VaememError(f"cannot write {given}: not a regular file (a device, pipe or socket)")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise VaememError(f"cannot write {path}: {folder} is not a directory")
+    path = check_writable(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -49,6 +39,23 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path: str | Path) -> Path:
+    """Refuse a ``path`` that :func:`write_atomic` could not replace (a directory, a device or pipe, a folder that is
+    a file), before the work whose result it is to hold; return the real path it would write."""
+    given = Path(path)
+    path = Path(os.path.realpath(given))  # through a symbolic link: the link stays, its target is replaced
+    if path.is_dir():
+        raise VaememError(f"cannot write {given}: it is a directory")
+    if path.exists() and not path.is_file():  # a device or a pipe: a rename would replace the node itself
+        raise VaememError(f"cannot write {given}: not a regular file (a device, pipe or socket)")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise VaememError(f"cannot write {path}: {folder} is not a directory")
+    return path
 
 
 @functools.cache  # read once: every default path of the CLI asks at import

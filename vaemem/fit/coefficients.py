@@ -689,6 +689,16 @@ def first_call_bytes(per_arch: dict[str, list[tuple]]) -> int:
     return max(0, int(max(least, default=0) // FIRST_CALL_STEP) * FIRST_CALL_STEP)
 
 
+def calibrated_groups(doc: dict[str, Any]) -> tuple[set[str], list[dict[str, Any]]]:
+    """(the group ids a calibration of ``doc`` prices by a line of their own, the ``unfitted`` entries, groups
+    without a pixel line, that a calibration prices all the same: by their own line, or as a transfer from the
+    class line their architecture's points are pooled in): fitted, not failures."""
+    lined = {g for cal in doc["calibrations"] for g in line_groups(cal)}
+    platform = lambda d: tuple(d[k] for k in GROUP_KEYS if k != "architecture")  # noqa: E731
+    pooled = {(platform(cal), a) for cal in doc["calibrations"] for a in cal.get("transfer_lines", {})}
+    return lined, [u for u in doc["unfitted"] if u["group"] in lined or (platform(u), u["architecture"]) in pooled]
+
+
 def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     """Group id -> (line name, own line) of a calibration's own lines: an architecture's prices its plain group, a
     variant's (``sd15/math``) the group of that variant (``sd15/.../untiled/math``, as :func:`load_dataset` names
