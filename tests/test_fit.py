@@ -333,7 +333,7 @@ def test_read_coefficients_refuses_newer_and_unknown_schemas(tmp_path):
     (tmp_path / "c.json").write_text('{"schema_version": "1"}')
     with pytest.raises(VaememError, match="has no integer schema_version"):
         co.read_coefficients(tmp_path / "c.json")
-    (tmp_path / "c.json").write_text('{"schema_version": 0}')
+    (tmp_path / "c.json").write_text('{"schema_version": 0, "groups": []}')
     with pytest.raises(VaememError, match=rf"which this estimator does not read \(it reads 3-{est.SCHEMA_VERSION}\)"):
         co.read_coefficients(tmp_path / "c.json")
 
