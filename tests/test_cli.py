@@ -493,6 +493,14 @@ def test_diff_prices_the_calibrated_architectures_and_says_why_a_cell_is_na(tmp_
     assert runner.invoke(app, ["diff", str(a), str(b), "--tile", "0"]).exit_code == 2
 
 
+def test_flags_are_shown_without_a_type():
+    """A flag takes no value (`--slicing true` is refused): the help never shows it "<bool>", as typer would."""
+    for args in ([], ["trace"], ["fit"], ["measure"], ["estimate"]):
+        result = runner.invoke(app, [*args, "--help"])
+        assert result.exit_code == 0 and "--help" in result.output and "<bool>" not in result.output, args
+    assert "<path>" in runner.invoke(app, ["fit", "--help"]).output  # an option with a value keeps its type
+
+
 def test_help_and_estimate_do_not_import_torch():
     code = ("import sys; from typer.testing import CliRunner; from vaemem.cli import app; "
             "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "

@@ -23,6 +23,13 @@ from vaemem.estimate import MIB  # stdlib only: the CLI stays light
 from vaemem.files import check_writable, default_path, packaged_coefficients
 
 
+def _untyped_flags(params: list[Any]) -> None:
+    """Show these options' flags without a type: a flag takes no value, where typer's help says "<bool>"."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+
+
 class _Group(TyperGroup):
     """The command group, refusing an option of one value given twice (click would keep the last silently:
     ``vaemem estimate -m sd15 -m sdxl`` priced sdxl alone)."""
@@ -57,11 +64,21 @@ class _Group(TyperGroup):
 
     def get_command(self, ctx: Any, name: str) -> Any:
         """The command, its one-line summary in the list of commands its docstring's first paragraph on one line
-        (typer's rich help keeps the docstring's line breaks there)."""
+        (typer's rich help keeps the docstring's line breaks there), its flags shown without a type."""
         command = super().get_command(ctx, name)
         if command is not None and command.short_help is None and command.help:
             command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+        if command is not None:  # a flag takes no value: typer's help would show it "<bool>", and `--slicing
+            # true` is refused
+            _untyped_flags([*command.params, command.get_help_option(ctx)])
         return command
+
+    def get_help_option(self, ctx: Any) -> Any:
+        """The group's --help, its flags (--version and this) shown without a type as its commands' are
+        (:meth:`get_command`)."""
+        option = super().get_help_option(ctx)
+        _untyped_flags([*self.params, option])
+        return option
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         """Click's main, a usage error said in one line (``error: ...``, exit 2) where click would print the
