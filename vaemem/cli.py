@@ -693,8 +693,8 @@ def _coefficient_table(doc: dict) -> Any:
 
 @app.command()
 def diff(
-    old: Path = typer.Argument(..., help="coefficient file before (packaged: the packaged one)"),
-    new: Path = typer.Argument(..., help="coefficient file after (packaged: the packaged one)"),
+    old: Path = typer.Argument(..., metavar="OLD", help="coefficient file before (packaged: the packaged one)"),
+    new: Path = typer.Argument(..., metavar="NEW", help="coefficient file after (packaged: the packaged one)"),
     res: list[str] = typer.Option(["512", "1024"], "--res", help="resolutions to price (repeatable)"),
     tile: int = typer.Option(256, help="tile side in px used to price tiled groups"),
     frames: int = typer.Option(1, help="frames of a video architecture's clip (1 + its step x k)"),

@@ -200,6 +200,11 @@ def validate(p: Point) -> Point:
         raise VaememError(f"bad device {p.device!r}; choose one of: cpu, cuda, cuda:N, mps, xpu, xpu:N")
     allowed = allocators_for(p.device_type)
     if p.allocator not in allowed:
+        if p.device_type == "cpu":  # the choices this host's OS takes (check_options refuses the others)
+            from vaemem.estimate import cpu_allocator_error
+            from vaemem.measuring.child.rig import os_name
+
+            allowed = tuple(a for a in allowed if cpu_allocator_error(a, os_name()) is None)
         raise VaememError(f"allocator {p.allocator!r} is not for {p.device_type}; choose one of: {', '.join(allowed)}")
     return p
 
