@@ -410,11 +410,19 @@ def load(path: object = None) -> dict:
     if isinstance(path, (list, tuple)):
         if not path:
             raise ValueError("coefficients=[]: name at least one coefficient file")
-        key = tuple(("dict", id(p)) if isinstance(p, dict) else (None if p is None else str(p)) for p in path)
-        hit = _CACHE.get(key)
+        key = ("layers", *(("dict", id(p)) if isinstance(p, dict) else (None if p is None else str(p))
+                           for p in path))
+        hit = _CACHE.pop(key, None)
         # a dict is keyed by its id: the cache keeps the dicts themselves, so an id cannot be reused while cached
         if hit is None or any(a is not b for a, b in zip(hit[0], path) if isinstance(b, dict)):
-            hit = _CACHE[key] = (tuple(path), _layer([load(p) for p in path]))
+            hit = (tuple(path), _layer([load(p) for p in path]))
+            if any(isinstance(p, dict) for p in path):  # as a dict's: the last few kept (an app building a list
+                # of fresh dicts per call must not grow the cache)
+                layered = [k for k in _CACHE if isinstance(k, tuple) and k[0] == "layers"
+                           and any(isinstance(e, tuple) for e in k[1:])]
+                for old in layered[:max(0, len(layered) - DICTS_KEPT + 1)]:
+                    del _CACHE[old]
+        _CACHE[key] = hit  # last used, last in order
         return hit[1]
     if path is None:
         if _EMBEDDED is not None:
