@@ -696,6 +696,7 @@ def test_lines_fitted_without_the_factor_of_a_cpu_without_amx_are_not_served_wit
     (dict(backend={}), "backend must be a string"),
     (dict(model=["sdxl"]), "model must be a string"),
     (dict(coefficients={"a"}), "coefficients must be a path, a dict or a list of them"),
+    (dict(coefficients=[123, None]), "coefficients must be a path, a dict or a list of them, got int"),
     (dict(coefficients={"_plans": {}, "_valid": True}), "schema_version"),
 ])
 def test_unhashable_or_wrong_arguments_are_value_errors(kwargs, message):

@@ -426,6 +426,14 @@ COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "vaemem" / "coe
 
 
 MUTATIONS = [  # (where in the committed file, new value or DELETE, what the error must name)
+    # a key that names no architecture of the file prices nothing: a typo would drop a platform to the fallback
+    (("groups", 0, "architecture"), "nope", "groups[0].architecture must be an architecture of the file's models"),
+    (("calibrations", 0, "architectures", "nope"), {}, "architectures must be keyed by architectures of the file's"),
+    (("structures", "garbage"), {}, "structures must be keyed ARCHITECTURE/OP/DTYPE/TILING[/math]"),
+    (("structures", "sd15/decode/fp64/untiled"), {}, "got 'sd15/decode/fp64/untiled'"),
+    (("structures", "nope/decode/fp32/untiled"), {}, "of an architecture of the file's models"),
+    # the tiles a price loops over grow as (1 - overlap)^-2: 0.999 took 6 s at 16384 px
+    (("structures", "sd15/decode/fp32/tiled", "overlap"), 0.999, "tiled.overlap must be at most 0.5"),
     (("calibrations",), "DELETE", "lacks calibrations: not a vaemem coefficient file"),  # else: the fallback, unsaid
     (("structures",), "DELETE", "lacks structures: not a vaemem coefficient file"),
     (("groups", 0, "base_bytes"), "DELETE", "groups[0].base_bytes is missing"),

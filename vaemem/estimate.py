@@ -381,6 +381,9 @@ def _read(p: str) -> dict:
     return _validated(data, f"coefficient file {p}")
 
 
+# The largest tile overlap a point or a structure may have: at 0.97 diffusers' decode stepped by zero and its encode
+# cut a 1 px tile, and the tiles a price loops over grow as (1 - overlap)^-2 (0.999: 6 s at 16384 px)
+MAX_OVERLAP = 0.5
 DICTS_KEPT = 8  # validated dicts load() keeps (the cache holds each, so an id is not reused while kept)
 
 
@@ -431,11 +434,18 @@ def load(path: object = None) -> dict:
                 data = _CACHE["<embedded>"] = _validated(_EMBEDDED, "the embedded coefficients")
             return data
         path = default_coefficients_path()
+    _check_source(path)
     key = str(path)
     data = _CACHE.get(key)
     if data is None:
         data = _CACHE[key] = _read(key)
     return data
+
+
+def _check_source(path: object) -> None:
+    """Refuse a coefficient source that is no path (``load(123)`` would read a file named 123)."""
+    if not isinstance(path, (str, _os.PathLike)):
+        raise ValueError(f"coefficients must be a path, a dict or a list of them, got {type(path).__name__}")
 
 
 def _layer(docs: list) -> dict:
@@ -758,7 +768,7 @@ def _check_structure(s: dict, where: str) -> None:
             _check_clips(s, knots, where, True)
         f = _field(s, "spatial_factor", where, "int>0")
         ov = _field(s, "overlap", where, "num>=0")
-        _need(ov < 1, f"{where}.overlap", "below 1", ov)
+        _need(ov <= MAX_OVERLAP, f"{where}.overlap", f"at most {MAX_OVERLAP:g}", ov)
         rule = _field(s, "stride_rule", where, "str")
         _need(rule in STRIDE_RULES, f"{where}.stride_rule", "one of " + ", ".join(f'"{r}"' for r in STRIDE_RULES), rule)
         # whole tiles and whole clips come together (MiniMax-H3): either alone misprices the clip 5-8x
@@ -980,10 +990,15 @@ def _validated(data: object, source: str, layered: bool = False) -> dict:
             raise ValueError(f"{w}.architecture {m['architecture']!r} is not a model of the file")
         if m.get("kernel", "conv2d") not in ("conv2d", "conv3d"):
             raise ValueError(f"{w}.kernel must be conv2d or conv3d, got {m['kernel']!r}")
+    # what a line or structure is keyed by names an architecture of the file: one that names none prices nothing,
+    # and a typo in a rig owner's fit would drop that platform to the fallback unsaid
+    archs = {m["architecture"] for m in data["models"].values()}
     for i, g in enumerate(data["groups"]):
         w = f"{source}: groups[{i}]"
         for f in GROUP_KEYS:
             _field(g, f, w, "bool" if f == "tiled" else "str")
+        _need(g["architecture"] in archs, f"{w}.architecture", "an architecture of the file's models",
+              g["architecture"])
         _check_keys(g, w, version >= 8 or layered)
         if _field(g, "group", w, "str") != group_id(g):
             raise ValueError(f"{w}.group {g['group']!r} is not its key's id {group_id(g)!r}")
@@ -1027,6 +1042,7 @@ def _validated(data: object, source: str, layered: bool = False) -> dict:
                   c["first_call_bytes"])
             _field(c, "first_call_bytes", w, "num>=0")
         for arch, line in _field(c, "architectures", w, "dict").items():
+            _need(arch in archs, f"{w}.architectures", "keyed by architectures of the file's models", arch)
             _check_line(line, f"{w}.architectures.{arch}", strict=version >= 6, flat=flat, least=least,
                         frames=frames)
         _check_line(_field(c, "class", w, "dict"), f"{w}.class", strict=version >= 6, flat=flat, least=least,
@@ -1102,7 +1118,11 @@ def _validated(data: object, source: str, layered: bool = False) -> dict:
                 _field(line, "transient_seen_bytes", f"{w}.{name}", "int>=0")
     structures = data.get("structures", {})
     _need(isinstance(structures, dict), f"{source}: structures", "a JSON object", structures)
+    keys = {structure_key(a, op, dt, tiled, att) for a in archs for op in OPS for dt in set(STRUCTURE_DTYPE.values())
+            for tiled in (False, True) for att in ATTENTION}
     for name, st in structures.items():
+        _need(name in keys, f"{source}: structures", "keyed ARCHITECTURE/OP/DTYPE/TILING[/math], of an architecture "
+              "of the file's models (sd15/decode/fp32/untiled)", name)
         _check_structure(st, f"{source}: structures.{name}")
         for where, part in ((name, st), (f"{name}.tile_working_set", st.get("tile_working_set") or {})):
             for f in HIDDEN_FACTORS:  # one per knot: an older file's lines were fitted with the largest
@@ -2441,8 +2461,7 @@ def _doc(coefficients: object) -> dict:
         return coefficients if coefficients.get("_valid") is _VALID else load(coefficients)
     if isinstance(coefficients, (list, tuple)):
         return load(coefficients)
-    if not isinstance(coefficients, (str, _os.PathLike)):
-        raise ValueError(f"coefficients must be a path, a dict or a list of them, got {type(coefficients).__name__}")
+    _check_source(coefficients)
     data = _CACHE.get(coefficients)
     if data is None:
         data = _CACHE[coefficients] = load(coefficients)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.estimate import ATTENTION, batch_error, geometry_error, variant_key
+from vaemem.estimate import ATTENTION, MAX_OVERLAP, batch_error, geometry_error, variant_key
 from vaemem.models.zoo import ModelSpec, get_spec, registry
 
 OPS = ("decode", "encode")
@@ -23,7 +23,6 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 CONV3D = ("native", "decomposed")
 DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
 DEFAULT_OVERLAP = 0.25  # diffusers' tile_overlap_factor
-MAX_OVERLAP = 0.5
 # A point's variant fields and their defaults: the default variant is what lines measured before these fields
 # existed ran, so they read as it and their keys carry no suffix.
 VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
