@@ -357,7 +357,6 @@ def test_cli_trace_bad_input_is_one_line(args, message):
 
 
 @pytest.mark.parametrize("config,message", [
-    ({"block_out_channels": "wide"}, "TypeError"),  # diffusers formats the string into a message and fails
     ({"block_out_channels": [30, 60]}, "must be divisible by num_groups"),
 ])
 def test_a_config_diffusers_cannot_build_is_one_line(tmp_path, config, message):
@@ -368,6 +367,25 @@ def test_a_config_diffusers_cannot_build_is_one_line(tmp_path, config, message):
     res = CliRunner().invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64"])
     assert res.exit_code == 2 and "diffusers cannot build or run decode of this AutoencoderKL config" in res.output
     assert message in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("config,message", [
+    # diffusers failed on each without naming the field: a TypeError of string formatting, a bare AssertionError,
+    # an IndexError, a division by zero
+    ({"block_out_channels": "wide"}, "block_out_channels must be a non-empty list of positive integers, got 'wide'"),
+    ({"layers_per_block": -1}, "layers_per_block must be a non-negative integer or a list of them, got -1"),
+    ({"down_block_types": ["DownEncoderBlock2D"] * 4}, "down_block_types must list one block per block_out_channels "
+                                                      "entry (2)"),
+    ({"latent_channels": 0}, "latent_channels must be a positive integer, got 0"),
+])
+def test_a_config_field_diffusers_would_fail_on_unnamed_is_named(tmp_path, config, message):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"_class_name": "AutoencoderKL", "latent_channels": 4, "block_out_channels": [32, 64],
+                               "down_block_types": ["DownEncoderBlock2D"] * 2,
+                               "up_block_types": ["UpDecoderBlock2D"] * 2, **config}))
+    res = CliRunner().invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64"])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
 def test_a_zoo_point_diffusers_cannot_run_is_an_error_and_a_bug_still_propagates(monkeypatch):

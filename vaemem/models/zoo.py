@@ -421,11 +421,42 @@ def _arch_digest(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
+# The fields most configs share, checked where present before diffusers sees them (it fails on them with its own
+# TypeError, IndexError or a bare AssertionError, which name no field)
+POSITIVE_FIELDS = ("latent_channels", "z_dim", "in_channels", "out_channels", "base_dim", "norm_num_groups")
+CHANNEL_LISTS = ("block_out_channels", "encoder_block_out_channels", "decoder_block_out_channels")
+
+
+def _check_fields(name: str, cfg: dict[str, Any]) -> None:
+    """Refuse a config field of a wrong type or value that diffusers would fail on without naming it."""
+    def positive(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    for f in POSITIVE_FIELDS:
+        if f in cfg and not positive(cfg[f]):
+            raise VaememError(f"{name}: {f} must be a positive integer, got {cfg[f]!r}")
+    for f in CHANNEL_LISTS:
+        if f in cfg and not (isinstance(cfg[f], list) and cfg[f] and all(positive(v) for v in cfg[f])):
+            raise VaememError(f"{name}: {f} must be a non-empty list of positive integers, got {cfg[f]!r}")
+    if "layers_per_block" in cfg:
+        v = cfg["layers_per_block"]
+        count = lambda x: positive(x) or x == 0 and not isinstance(x, bool)  # noqa: E731
+        if not (count(v) or isinstance(v, list) and v and all(count(x) for x in v)):
+            raise VaememError(f"{name}: layers_per_block must be a non-negative integer or a list of them, got {v!r}")
+    if cfg.get("_class_name") in ("AutoencoderKL", "AutoencoderKLFlux2"):  # one block type per channel width
+        for f in ("down_block_types", "up_block_types"):
+            if f in cfg and "block_out_channels" in cfg and (not isinstance(cfg[f], list)
+                                                               or len(cfg[f]) != len(cfg["block_out_channels"])):
+                raise VaememError(f"{name}: {f} must list one block per block_out_channels entry "
+                                  f"({len(cfg['block_out_channels'])}), got {cfg[f]!r}")
+
+
 def spec_from_config(name: str, cfg: dict[str, Any], *, tiny: bool = False, architecture: str | None = None
                      ) -> ModelSpec:
     """A ModelSpec for any config of a supported class (a zoo entry, or a user's diffusers ``config.json``)."""
     if not isinstance(cfg, dict):
         raise VaememError(f"{name}: a VAE config must be a JSON object")
+    _check_fields(name, cfg)
     try:
         latent, spatial, temporal = _geometry(cfg)
     except (KeyError, TypeError) as e:
