@@ -304,24 +304,32 @@ def _listed(r: dict[str, Any]) -> str:
             + f"; {w['point']}: {w['demand_mib']:.1f} -> {w['priced_mib']:.1f} MiB")
 
 
+NO_STRUCTURE = "no measured group has a dry-run structure (the tiny test models have none)"
+
+
+def _table(head: list[str], rows: list[str], none: str) -> list[str]:
+    """A Markdown table, or where it has no row a line saying why (not a table of headers alone)."""
+    return [*head, *rows] if rows else [f"None: {none}."]
+
+
 def markdown(s: dict[str, Any]) -> str:
     """The structural tables as Markdown (min / median / max of reservation or demand ratios)."""
-    out = ["## Measured demand / dry-run peak, per group\n", "| group | points | min / median / max |",
-           "|---|---|---|"]
-    out += [f"| {g} | {r['n']} | {r['min']:.3f} / {r['median']:.3f} / {r['max']:.3f} |"
-            for g, r in s["dry_ratios"].items()]
+    out = ["## Measured demand / dry-run peak, per group\n"]
+    out += _table(["| group | points | min / median / max |", "|---|---|---|"],
+                  [f"| {g} | {r['n']} | {r['min']:.3f} / {r['median']:.3f} / {r['max']:.3f} |"
+                   for g, r in s["dry_ratios"].items()], NO_STRUCTURE)
     out += ["", "## Held out: each size left out of its architecture's calibration line in turn\n",
             f"Goal ({s['goal']['min_sizes']}+ sizes in the calibration domain, frames of at least "
             f"{s['goal']['domain_min_frame_pixels']} px): no point under 1, median <= "
             f"{s['goal']['held_out_median_max']}, max <= {s['goal']['held_out_max_max']}, judged in the domain (at every "
             f"size for a group measured only below it); the ratio at every size beside it (below the domain the line "
-            f"of the points measured there prices).\n",
-            "| group | sizes (in the domain) | points | held out, in the domain | held out, every size | goal | its "
-            "worst point: demand -> priced MiB |",
-            "|---|---|---|---|---|---|---|"]
-    out += [f"| {g} | {r['sizes']} ({r['domain_sizes']}) | {r['n']} | {_f(r['domain'])} | {_f(r)} | {r['goal']} | "
-            f"{r['worst']['point']}: {r['worst']['demand_mib']:.1f} -> {r['worst']['priced_mib']:.1f} |"
-            for g, r in s["held_out"].items()]
+            f"of the points measured there prices).\n"]
+    out += _table(["| group | sizes (in the domain) | points | held out, in the domain | held out, every size | goal "
+                   "| its worst point: demand -> priced MiB |", "|---|---|---|---|---|---|---|"],
+                  [f"| {g} | {r['sizes']} ({r['domain_sizes']}) | {r['n']} | {_f(r['domain'])} | {_f(r)} | "
+                   f"{r['goal']} | {r['worst']['point']}: {r['worst']['demand_mib']:.1f} -> "
+                   f"{r['worst']['priced_mib']:.1f} |" for g, r in s["held_out"].items()],
+                  f"no group with a dry-run structure has {s['goal']['min_sizes']} points of two sizes or more")
     out += ["", "## Leave one architecture out: its points priced as a transfer from the others (the highest of "
             "their class line and each one's line)\n",
             f"Goal: no point under 1, median <= {s['goal']['loao_median_max']}; listed: under, or a point above "
@@ -329,16 +337,17 @@ def markdown(s: dict[str, Any]) -> str:
             f"over the domain's points (over all its points where none is in it), its own and the others' range, "
             f"of the dry run the lines are in (on oneDNN with the buffers its ops hold, the untiled structure's "
             f"onednn_hidden_factor at the clip's length x the plain one); a listed architecture's reason is there "
-            f"(docs/results.md, \"Why the architectures of a class disagree\").\n",
-            "| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
-            "|---|---|---|---|---|---|---|"]
-    out += [f"| {r['calibration']} | {r['architecture']} | {', '.join(r['trained_on'])} | {_f(r)} | "
-            f"{r['demand_per_dry']:.2f} | {r['others_demand_per_dry'][0]:.2f}-{r['others_demand_per_dry'][1]:.2f} | "
-            f"{_listed(r)} |" for r in s["leave_one_architecture_out"]]
-    out += ["", "## Reservation / demand: vaemem against the apps' rules, same points\n",
-            "| group | vaemem | legacy rule | ComfyUI | InvokeAI |", "|---|---|---|---|---|"]
-    out += [f"| {g} | {_f(r['vaemem'])} | {_f(r['legacy'])} | {_f(r['comfyui'])} | {_f(r['invokeai'])} |"
-            for g, r in s["apps"].items()]
+            f"(docs/results.md, \"Why the architectures of a class disagree\").\n"]
+    out += _table(["| calibration | left out | trained on | ratio | its demand / dry | the others' | listed |",
+                   "|---|---|---|---|---|---|---|"],
+                  [f"| {r['calibration']} | {r['architecture']} | {', '.join(r['trained_on'])} | {_f(r)} | "
+                   f"{r['demand_per_dry']:.2f} | {r['others_demand_per_dry'][0]:.2f}-"
+                   f"{r['others_demand_per_dry'][1]:.2f} | {_listed(r)} |" for r in s["leave_one_architecture_out"]],
+                  "no platform and kernel class has two architectures measured with dry-run structures")
+    out += ["", "## Reservation / demand: vaemem against the apps' rules, same points\n"]
+    out += _table(["| group | vaemem | legacy rule | ComfyUI | InvokeAI |", "|---|---|---|---|---|"],
+                  [f"| {g} | {_f(r['vaemem'])} | {_f(r['legacy'])} | {_f(r['comfyui'])} | {_f(r['invokeai'])} |"
+                   for g, r in s["apps"].items()], NO_STRUCTURE)
     if s.get("attention_paths"):
         out += ["", "## The math attention path: dry-run peak (MiB, bf16) against the fused path\n",
                 "Where no fused SDPA kernel runs, the score matrices are materialised; the estimator prices "
