@@ -1328,3 +1328,13 @@ def test_validate_leaves_the_callers_dict_alone_and_an_edit_after_it_is_checked(
     del doc["margin"]
     with pytest.raises(ValueError, match=r"\.margin is missing"):
         est.validate(doc, "mine")
+
+
+def test_a_fallback_says_where_the_platform_was_measured_under_another_allocator():
+    """A CPU rig measures glibc-fixed, an app's process runs glibc: the fallback says the platform was measured
+    under the other allocator (the one key a process may change); a platform never measured says nothing of it."""
+    cpu = est.explain("sd15", "decode", 512, 512, dtype="bf16", backend="onednn-amx", allocator="glibc", os="linux")
+    assert cpu.source == "fallback"
+    assert cpu.reason.endswith("; onednn-amx bf16 decode on linux was measured under allocator glibc-fixed, not glibc")
+    gpu = est.explain("sd15", "decode", 512, 512, dtype="bf16", backend="cudnn", allocator="native", os="linux")
+    assert gpu.source == "fallback" and "measured under allocator" not in gpu.reason

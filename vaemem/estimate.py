@@ -2992,8 +2992,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     the math path's dry-run peak is priced by the platform's line (fitted over its fused and, where measured, its
     math-path points).
     ``slicing``: diffusers' ``enable_slicing`` (a batch decoded one sample at a time)."""
-    plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast,
-                 attention, slicing)
+    doc = _doc(coefficients)
+    plan = _plan(doc, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast, attention,
+                 slicing)
     total, env, dry, floor, note, ref, one = plan.price(width, height, batch, frames, tile)  # also checks the tile
     if plan.untiled is not None and plan.cs is None:  # unstructured tiled video: the untiled estimate, said so
         e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
@@ -3244,6 +3245,13 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         if whole is not None and whole[4] == "floored" and whole[1] < env:
             reason += (f"; the untiled request's {-(-whole[0] // MIB)} MiB caps nothing: the live floor set it, a "
                        f"lower bound on its demand, not a line over measured points")
+    # measured under another allocator only (a CPU rig measures glibc-fixed, a process runs glibc): said, as the
+    # allocator is the one key a process may change
+    others = sorted({g["allocator"] for g in [*doc["groups"], *doc["calibrations"]]
+                     if (g["conv_backend"], g["dtype"], g["os"], g["op"]) == (backend, dtype, os, op)} - {allocator})
+    if others:
+        reason += (f"; {backend} {dtype} {op} on {os} was measured under allocator {' and '.join(others)}, not "
+                   f"{allocator}")
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)
 
 
