@@ -231,12 +231,13 @@ def test_a_file_of_another_kind_is_named_as_not_this_kind(tmp_path):
     the dry-run cache as coefficients as an old file to refit; either as measurements as a malformed line)."""
     coefficients, traces = str(est.default_coefficients_path()), str(ROOT / "fits" / "traces.json")
     for args, message in [
-        (["measure", "--sweep", coefficients, "--dry-run"], "not a sweep file (no [[grid]], [[point]] or runs)"),
+        (["measure", "--sweep", coefficients, "--dry-run"],
+         "not a sweep file (no [[grid]], [[point]] or runs; its keys: calibrations, cast_term"),
         (["fit", "--measurements", str(TINY), "--traces", coefficients, "--out", str(tmp_path / "c.json")],
          "not a vaemem dry-run cache (it has no entries)"),
         (["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp16", "--coefficients", traces,
           "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--attention", "fused"],
-         "is not a vaemem coefficient file (it has no groups)"),
+         "is not a vaemem coefficient file (it has no list of groups)"),
         (["fit", "--measurements", traces, "--out", str(tmp_path / "c.json")], "traces.json: not a measurement file"),
     ]:
         result = runner.invoke(app, args)
@@ -250,7 +251,7 @@ def test_bench_conv3d_results_beside_measurements_do_not_stop_a_sweep(tmp_path):
     (tmp_path / "bench.jsonl").write_text(json.dumps({"schema_version": 1, "kind": "conv3d", "model": "tiny-wan",
                                                       "rig": {"name": "r"}}) + "\n")
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
-                                 "--out", str(tmp_path / "m.jsonl"), "--dry-run"])
+                                 "--out", str(tmp_path / "m.jsonl"), "--rig", "r", "--dry-run"])  # the lines' rig
     assert result.exit_code == 0 and "plan: 1 point x 2 runs, 2 due" in result.output, result.output
 
 
@@ -281,8 +282,11 @@ def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, 
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--traces", "no-such.json"],
          "--traces no-such.json: no such file"),
         (["plot", "--measurements", "m.jsonl", "--out", "afile"], "cannot make that directory"),
-        (["fit", "--measurements", "m.jsonl", "--out", "."], "cannot write .: it is a directory"),
-        (["fit", "--measurements", "m.jsonl", "--out", "afile/c.json"], "afile is not a directory"),
+        # the file to write is checked first: before the measurements (missing here) and the minute of fitting
+        (["fit", "--measurements", "missing.jsonl", "--out", "."], "cannot write .: it is a directory"),
+        (["fit", "--measurements", "missing.jsonl", "--out", "afile/c.json"], "afile is not a directory"),
+        (["fit", "--measurements", "missing.jsonl", "--check", "--out", "."],
+         "cannot read coefficient file .: it is a directory"),
         (["bench-conv3d", "-m", "tiny-wan", "--res", "64x64", "--frames", "5", "--runs", "1", "--out", "afile/x.jsonl"],
          "is not a directory"),
     ]:
@@ -494,6 +498,17 @@ def test_diff_prices_the_calibrated_architectures_and_says_why_a_cell_is_na(tmp_
     bad = runner.invoke(app, ["diff", str(a), str(b), "--res", "512", "--tile", "100"], terminal_width=200)
     assert bad.exit_code == 0 and "n/a: tile must be a positive multiple of 8 px for sd15, got 100" in bad.output
     assert runner.invoke(app, ["diff", str(a), str(b), "--tile", "0"]).exit_code == 2
+
+
+def test_diff_names_its_arguments_and_a_wrong_cpu_allocator_is_told_this_oses_choices(monkeypatch):
+    assert "OLD" in runner.invoke(app, ["diff", "--help"]).output
+    from vaemem.measuring.child import rig
+
+    for os_, choices in (("linux", "choose one of: glibc, glibc-fixed"), ("windows", "choose one of: system")):
+        monkeypatch.setattr(rig, "os_name", lambda os_=os_: os_)
+        result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                                     "--allocator", "nativ", "--dry-run"])
+        assert result.exit_code == 2 and _err_line(result).endswith(choices), result.output
 
 
 def test_flags_are_shown_without_a_type():

@@ -434,9 +434,9 @@ def test_a_group_no_line_of_the_file_prices_is_not_called_calibrated():
 
 
 def test_groups_without_a_pixel_line_that_a_calibration_prices_are_told_apart_from_unfitted_ones():
-    """Known answer: of five groups without a pixel line, the one with a calibration line of its own, its variant,
+    """Known answer: of six groups without a pixel line, the one with a calibration line of its own, its variant,
     and another architecture pooled in that calibration are priced by it; an architecture the calibration never
-    saw and the same architecture on another platform (tiled) are not."""
+    saw, the same architecture on another platform (tiled) and a variant of it no line covers are not."""
     platform = {"op": "decode", "conv_backend": "onednn", "allocator": "glibc-fixed", "dtype": "fp32", "os": "linux"}
     cal = {**platform, "tiled": False, "architectures": {"sd15": {}}, "variants": {"sd15/math": {}},
            "transfer_lines": {"sd15": {}, "flux1": {}}}
@@ -446,7 +446,7 @@ def test_groups_without_a_pixel_line_that_a_calibration_prices_are_told_apart_fr
         return {**key, "group": co.group_id(key) + variant, "reason": "fewer than 2 distinct pixel counts"}
 
     groups = [unfitted("sd15"), unfitted("sd15", variant="/math"), unfitted("flux1"), unfitted("wan21"),
-              unfitted("flux1", tiled=True)]
+              unfitted("flux1", tiled=True), unfitted("flux1", variant="/decomposed")]  # the last: priced by nothing
     lined, calibrated = co.calibrated_groups({"calibrations": [cal], "unfitted": groups})
     assert lined == {"sd15/decode/onednn/glibc-fixed/fp32/linux/untiled",
                      "sd15/decode/onednn/glibc-fixed/fp32/linux/untiled/math"}

@@ -598,7 +598,8 @@ def fit(
         if not check_only:
             check_writable(out)
         elif not out.is_file():
-            raise VaememError(f"cannot read coefficient file {out}: no such file")
+            raise VaememError(f"cannot read coefficient file {out}: "
+                              + ("it is a directory" if out.is_dir() else "no such file"))
         data = _load_measurements(measurements, skip_bad)
         if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
                 and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]):

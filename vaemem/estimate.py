@@ -384,7 +384,8 @@ def _read(p: str) -> dict:
 # The largest tile overlap a point or a structure may have: at 0.97 diffusers' decode stepped by zero and its encode
 # cut a 1 px tile, and the tiles a price loops over grow as (1 - overlap)^-2 (0.999: 6 s at 16384 px)
 MAX_OVERLAP = 0.5
-DICTS_KEPT = 8  # validated dicts load() keeps (the cache holds each, so an id is not reused while kept)
+DICTS_KEPT = 8  # validated dicts load() keeps, and layered lists holding a dict (the cache holds each, so an id is
+# not reused while kept)
 
 
 def load(path: object = None) -> dict:
@@ -936,7 +937,8 @@ def _validated(data: object, source: str, layered: bool = False) -> dict:
         newer = version > SCHEMA_VERSION
         if not newer and not isinstance(data.get("groups"), list):  # every coefficient file has held its groups:
             # another file of ours (a dry-run cache, a measurement line) is not an old one to refit
-            raise ValueError(f"{source} is not a vaemem coefficient file (it has no groups): `vaemem fit` writes one")
+            raise ValueError(f"{source} is not a vaemem coefficient file (it has no list of groups): `vaemem fit` "
+                             f"writes one")
         hint = ("; upgrade vaemem" if newer else
                 "; refit it from the measurements with `vaemem fit` (measurement lines of schema 1 stay "
                 "readable)" if version < SCHEMA_VERSION else "")
@@ -3247,9 +3249,10 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                        f"lower bound on its demand, not a line over measured points")
     # measured under another allocator only (a CPU rig measures glibc-fixed, a process runs glibc): said, as the
     # allocator is the one key a process may change
-    others = sorted({g["allocator"] for g in [*doc["groups"], *doc["calibrations"]]
-                     if (g["conv_backend"], g["dtype"], g["os"], g["op"]) == (backend, dtype, os, op)} - {allocator})
-    if others:
+    seen = {g["allocator"] for g in [*doc["groups"], *doc["calibrations"]]
+            if (g["conv_backend"], g["dtype"], g["os"], g["op"]) == (backend, dtype, os, op)}
+    others = sorted(seen - {allocator})
+    if others and allocator not in seen:
         reason += (f"; {backend} {dtype} {op} on {os} was measured under allocator {' and '.join(others)}, not "
                    f"{allocator}")
     return Estimate(total, "fallback", None, reason + cast_note, env, plan.cast_bytes, floor, pixels)

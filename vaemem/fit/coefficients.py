@@ -696,7 +696,9 @@ def calibrated_groups(doc: dict[str, Any]) -> tuple[set[str], list[dict[str, Any
     lined = {g for cal in doc["calibrations"] for g in line_groups(cal)}
     platform = lambda d: tuple(d[k] for k in GROUP_KEYS if k != "architecture")  # noqa: E731
     pooled = {(platform(cal), a) for cal in doc["calibrations"] for a in cal.get("transfer_lines", {})}
-    return lined, [u for u in doc["unfitted"] if u["group"] in lined or (platform(u), u["architecture"]) in pooled]
+    # pooled: a plain group only (a variant no line covers, an overlap or the conv3d decomposition, prices nothing)
+    return lined, [u for u in doc["unfitted"] if u["group"] in lined
+                   or u["group"] == group_id(u) and (platform(u), u["architecture"]) in pooled]
 
 
 def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:

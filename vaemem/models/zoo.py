@@ -456,7 +456,8 @@ def spec_from_config(name: str, cfg: dict[str, Any], *, tiny: bool = False, arch
     """A ModelSpec for any config of a supported class (a zoo entry, or a user's diffusers ``config.json``)."""
     if not isinstance(cfg, dict):
         raise VaememError(f"{name}: a VAE config must be a JSON object")
-    _check_fields(name, cfg)
+    if cfg.get("_class_name") in CLASSES:  # else _geometry says the class is not supported
+        _check_fields(name, cfg)
     try:
         latent, spatial, temporal = _geometry(cfg)
     except (KeyError, TypeError) as e:

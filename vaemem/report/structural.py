@@ -347,7 +347,7 @@ def markdown(s: dict[str, Any]) -> str:
     out += ["", "## Reservation / demand: vaemem against the apps' rules, same points\n"]
     out += _table(["| group | vaemem | legacy rule | ComfyUI | InvokeAI |", "|---|---|---|---|---|"],
                   [f"| {g} | {_f(r['vaemem'])} | {_f(r['legacy'])} | {_f(r['comfyui'])} | {_f(r['invokeai'])} |"
-                   for g, r in s["apps"].items()], NO_STRUCTURE)
+                   for g, r in s["apps"].items()], "no measured point is a request the estimator prices")
     if s.get("attention_paths"):
         out += ["", "## The math attention path: dry-run peak (MiB, bf16) against the fused path\n",
                 "Where no fused SDPA kernel runs, the score matrices are materialised; the estimator prices "

@@ -85,7 +85,7 @@ POINT_REQUIRED = ("priority", "model", "op", "dtype", "res", "allocator", "predi
 
 def _parse(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")  # TOML is UTF-8, whatever the locale
     except OSError as e:
         raise VaememError(f"cannot read sweep file {path}: {e.strerror}") from None
     except UnicodeDecodeError:
@@ -131,8 +131,9 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
         raise VaememError(f"{path}: no integer schema_version (this vaemem reads 1 and {SWEEP_SCHEMA_VERSION})")
     if set(data) - {"schema_version"} and not {"grid", "point", "runs"} & set(data):  # every sweep and plan has
         # held one: another file of ours (a coefficient file) is not a newer sweep to upgrade vaemem for
-        raise VaememError(f"{path}: not a sweep file (no [[grid]], [[point]] or runs): write one as README's "
-                          f"\"File formats\" shows, or with `vaemem plan`")
+        raise VaememError(f"{path}: not a sweep file (no [[grid]], [[point]] or runs; its keys: "
+                          f"{', '.join(sorted(data))}): write one as README's \"File formats\" shows, or with "
+                          f"`vaemem plan`")
     if version > SWEEP_SCHEMA_VERSION:
         raise VaememError(f"{path}: schema_version {version} is newer than this vaemem understands "
                           f"({SWEEP_SCHEMA_VERSION}); upgrade vaemem")
