@@ -1343,3 +1343,30 @@ def test_a_fallback_says_where_the_platform_was_measured_under_another_allocator
     wan = est.explain("wan21", "decode", 512, 512, frames=5, dtype="fp32", backend="onednn", allocator="glibc",
                       os="linux")
     assert wan.source == "fallback" and "measured under allocator" not in wan.reason
+
+
+def test_the_apps_rules_refuse_what_pricing_refuses():
+    """The legacy, ComfyUI and InvokeAI rules are public in the exported module: a negative width gave a negative
+    reservation, an unknown dtype a KeyError. An ``__index__`` of its own that raises or returns no int is a
+    ValueError too (it escaped as OverflowError)."""
+    kw = dict(dtype="fp32", backend="cudnn")
+    with pytest.raises(ValueError, match="width must be a positive integer, got -512"):
+        est.legacy_bytes("decode", -512, 512, sd_family=True, **kw)
+    with pytest.raises(ValueError, match="unknown dtype 'fp64'"):
+        est.comfy_bytes("decode", 512, 512, dtype="fp64", amd=False)
+    with pytest.raises(ValueError, match="tile must be a positive integer"):
+        est.invokeai_bytes("decode", 512, 512, tile=0, **kw)
+    assert est.legacy_bytes("decode", 1024, 1024, sd_family=True, **kw) == 9050 * est.MIB  # the seeds' "before"
+
+    class Index:
+        def __init__(self, result: object) -> None:
+            self.result = result
+
+        def __index__(self) -> object:
+            if isinstance(self.result, Exception):
+                raise self.result
+            return self.result
+
+    for bad in (Index(OverflowError()), Index("512")):
+        with pytest.raises(ValueError, match="width must be a positive integer"):
+            est.working_memory_bytes("sd15", "decode", bad, 512, **kw, allocator="native", os="linux")

@@ -1748,8 +1748,17 @@ def legacy_constants(op: str, dtype: str, backend: str, sd_family: bool) -> tupl
 def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, sd_family: bool, batch: int = 1,
                  frames: int = 1, tile: int | None = None) -> int:
     """The legacy reservation rule. Batch and frames multiply the pixels (the rule predates both)."""
+    _check_rule(op, dtype, width, height, batch, frames, tile)
     per_pixel, extra = legacy_constants(op, dtype, backend, sd_family)
     return _legacy(per_pixel, extra, width, height, batch, frames, tile)
+
+
+def _check_rule(op: str, dtype: str, width: int, height: int, batch: int, frames: int, tile: int | None) -> None:
+    """The arguments of an app's rule (the legacy one, ComfyUI's, InvokeAI's): ValueError as pricing gives."""
+    _check_op(op, dtype, "fused")
+    for name, v in (("width", width), ("height", height), ("batch", batch), ("frames", frames),
+                    *((("tile", tile),) if tile is not None else ())):
+        _positive_int(name, v)
 
 
 def _legacy(per_pixel: int, extra: int, width: int, height: int, batch: int, frames: int, tile: int | None) -> int:
@@ -1764,6 +1773,7 @@ def comfy_bytes(op: str, width: int, height: int, *, dtype: str, amd: bool, batc
     AMD GPUs). Video decode, per model (h, w latent, T latent frames): Wan 2.1 ``(2200 if T <= 4 else 7000) x h x
     w x 64 x es``; Wan 2.2 ``8000 x h x w x 256 x es``; HunyuanVideo ``2800 x min(8, (T-1) x 4 + 1) x h x w x 64 x
     es``; LTX-Video ``1200 x T x h x w x 512 x es``. Other video: the image rule over every frame."""
+    _check_rule(op, dtype, width, height, batch, frames, None)
     es = ELEMENT_SIZE[dtype]
     m = model or {}
     family, f, tf = m.get("family"), m.get("spatial_factor", 8), m.get("temporal_factor")
@@ -1785,6 +1795,7 @@ def invokeai_bytes(op: str, width: int, height: int, *, dtype: str, backend: str
     for one frame, 6750 multi-frame decode, 1450 encode) plus the clip ``copies x 3 x frames x H x W x es`` (2
     copies decode, 1 encode); MiniMax-H3 encode ``(17 x H x W x es x 14 + clip) x 1.6``; everything else the
     legacy rule (InvokeAI's own image rule)."""
+    _check_rule(op, dtype, width, height, batch, frames, tile)
     es = ELEMENT_SIZE[dtype]
     m = model or {}
     px = width * height
@@ -1815,9 +1826,9 @@ def _positive_int(name: str, v: object) -> int:
         if isinstance(v, bool):
             raise TypeError
         n = v.__index__()  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, ValueError, OverflowError):  # an __index__ of its own may raise anything
         raise ValueError(f"{name} must be a positive integer, got {v!r}") from None
-    if n <= 0:
+    if type(n) is not int or n <= 0:  # an __index__ that returns no int
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
     return n
 
