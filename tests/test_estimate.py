@@ -420,6 +420,10 @@ def test_a_pixel_line_far_outside_its_range_is_raised_to_the_legacy_rule_and_the
     assert e.bytes == est.legacy_bytes("decode", 1920, 1088, dtype="fp16", backend="cudnn", sd_family=False,
                                        tile=256) + clip
     assert "raised to the legacy rule of one frame plus the decoded clip" in e.reason
+    assert e.floor_bytes == e.envelope_bytes == e.bytes  # the floor that priced it, as a fallback reports its own
+    inside = est.explain("wan21", "decode", 512, 256, frames=5, tile=256, dtype="fp16", backend="cudnn",
+                         allocator="native", os="linux", coefficients=_coef([flat]))
+    assert inside.floor_bytes == 0 and "raised" not in inside.reason
 
 
 COMMITTED = __import__("pathlib").Path(__file__).parent.parent / "vaemem" / "coefficients.json"

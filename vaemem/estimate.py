@@ -328,7 +328,8 @@ class Estimate:
     "fallback" (the platform was never measured); ``group`` the calibration or pixel-line group that priced it
     (None for the fallback); ``reason`` what applied and how far from measured points it went; ``envelope_bytes``
     the line's (or the fallback's scaled rule's) bytes before the cast term; ``cast_bytes`` the weight-cast growth;
-    ``floor_bytes`` the legacy rule where the fallback weighed it (0 otherwise); ``pixels`` width x height x batch
+    ``floor_bytes`` the legacy rule where the fallback weighed it, or where it raised a pixel line far past its
+    measured sizes (0 otherwise); ``pixels`` width x height x batch
     x frames.
     """
 
@@ -2198,17 +2199,17 @@ class _Plan:
             pixels = w * h * b * f  # type: ignore[operator]
             attn = self._attention_on_top(w, h, b, f, t)
             env = int(slope * pixels + tile_slope * (t * t if t else 0) + base) + attn
-            note = ""
+            note, raised = "", 0
             if top is not None and pixels > top:  # honest about extrapolation: the line is only measured so far
                 note = f", extrapolated to {pixels / top:.1f}x its largest measured size"
                 if pixels > 2 * top:  # far outside: never below the legacy rule (a clip: of one frame, plus the clip)
                     floor = (_legacy(*self.legacy, w, h, b, f if self.image else 1, t) + self.clip_bytes * pixels
                              + attn)  # the legacy rule holds no score matrices either
                     if floor > env:
-                        env = floor
+                        env = raised = floor
                         note += ", raised to the legacy rule" + ("" if self.image else
                                                                  " of one frame plus the decoded clip")
-            return env + self.cast_bytes, env, None, 0, note, 0.0, None
+            return env + self.cast_bytes, env, None, raised, note, 0.0, None
         cs = self.cs
         if cs is None and self.untiled is not None:  # unstructured tiled video: priced untiled, an upper bound
             total, env, dry, floor, _, ref, one = self.untiled.price(w, h, b, f, None)
@@ -3206,7 +3207,8 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
-        return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, 0, pixels)
+        return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, floor,
+                        pixels)
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
                         + _capped_says(plan, dry)
