@@ -3262,7 +3262,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                        f"lower bound on its demand, not a line over measured points")
     # measured under another allocator only (a CPU rig measures glibc-fixed, a process runs glibc): said, as the
     # allocator is the one key a process may change
-    seen = {g["allocator"] for g in [*doc["groups"], *doc["calibrations"]]
+    seen = {g["allocator"] for g in [*doc["groups"], *doc.get("calibrations", [])]  # (none before schema 6)
             if (g["conv_backend"], g["dtype"], g["os"], g["op"]) == (backend, dtype, os, op)}
     others = sorted(seen - {allocator})
     if others and allocator not in seen:
