@@ -15,7 +15,7 @@ convolution runs on oneDNN (9 on im2col), and 18.8-25.7 MiB at 128x128, 256x160 
 eight on oneDNN (512x320 and up) 16.3-17.2. Its first call repeats within 0.6 MiB in fresh processes
 (``benchmarks/first_call_cost.py``: 9.6-10.2 MiB over the warm call at 160x96 in four, 24.2-24.3 at 320x192 in
 three), so this is no noise. Within one path mix the cost
-still grows with size (LTX-Video 0.9.5's one-frame decode, every convolution on im2col from 128x128 to 320x192:
+still grows with size (LTX-Video 0.9.5's one-frame decode, every convolution on im2col from 160x96 to 320x192:
 11.2-17.8 MiB). A line over sizes carries the largest, which prices LTX-2.3's 160x96 decode 1.62x held out
 (``fits/REPORT.md``): a term for the path mix would need it measured in every group it prices, and the smallest
 one-frame clips are the only all-im2col sizes of most LTX groups.
