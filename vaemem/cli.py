@@ -888,7 +888,8 @@ def estimate_cmd(
         typer.echo(f"{model} {op} {request} {dtype} cannot run untiled: {fit['untiled_refused']}")  # type: ignore[index]
     else:
         typer.echo(f"{math.ceil(e.bytes / MIB)} MiB for {model} {op} {request} {dtype} ({e.source}: {e.reason})")
-        floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""  # where the fallback took it, or raised a pixel line
+        # where the fallback took it, or it raised a pixel line
+        floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""
         typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
                    f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels")
     if fit is not None:

@@ -407,26 +407,22 @@ def load(path: object = None) -> dict:
         hit = _CACHE.pop(key, None)
         if hit is None or hit[0] is not path:
             hit = (path, validate(path, "coefficients="))
-            dicts = [k for k in _CACHE if isinstance(k, tuple) and k[0] == "dict"]
-            for old in dicts[:max(0, len(dicts) - DICTS_KEPT + 1)]:
-                del _CACHE[old]
+            _make_room("dict")
         _CACHE[key] = hit  # last used, last in order
         return hit[1]
     if isinstance(path, (list, tuple)):
         if not path:
             raise ValueError("coefficients=[]: name at least one coefficient file")
-        key = ("layers", *(("dict", id(p)) if isinstance(p, dict) else (None if p is None else str(p))
-                           for p in path))
+        # a list holding a dict is kept as a dict is, the last few (an app building a list of fresh dicts per call
+        # must not grow the cache); one of files only, as a file is
+        kind = "layers" if any(isinstance(p, dict) for p in path) else "files"
+        key = (kind, *(("dict", id(p)) if isinstance(p, dict) else (None if p is None else str(p)) for p in path))
         hit = _CACHE.pop(key, None)
         # a dict is keyed by its id: the cache keeps the dicts themselves, so an id cannot be reused while cached
         if hit is None or any(a is not b for a, b in zip(hit[0], path) if isinstance(b, dict)):
             hit = (tuple(path), _layer([load(p) for p in path]))
-            if any(isinstance(p, dict) for p in path):  # as a dict's: the last few kept (an app building a list
-                # of fresh dicts per call must not grow the cache)
-                layered = [k for k in _CACHE if isinstance(k, tuple) and k[0] == "layers"
-                           and any(isinstance(e, tuple) for e in k[1:])]
-                for old in layered[:max(0, len(layered) - DICTS_KEPT + 1)]:
-                    del _CACHE[old]
+            if kind == "layers":
+                _make_room(kind)
         _CACHE[key] = hit  # last used, last in order
         return hit[1]
     if path is None:
@@ -442,6 +438,14 @@ def load(path: object = None) -> dict:
     if data is None:
         data = _CACHE[key] = _read(key)
     return data
+
+
+def _make_room(kind: str) -> None:
+    """Drop the least recently used cache entries keyed ``(kind, ...)`` down to :data:`DICTS_KEPT` less one, for the
+    entry about to be added."""
+    keys = [k for k in _CACHE if isinstance(k, tuple) and k[0] == kind]
+    for old in keys[:max(0, len(keys) - DICTS_KEPT + 1)]:
+        del _CACHE[old]
 
 
 def _check_source(path: object) -> None:

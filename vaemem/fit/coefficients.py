@@ -22,8 +22,8 @@ from typing import Any
 from vaemem.errors import VaememError
 # the estimator owns the key, the line, the weight copy and the schema
 from vaemem.estimate import (AMX_BACKEND, DOMAIN_MIN_FRAME_PIXELS, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS,
-                             calibration_bytes, check_key, group_id, transfer_bytes, transfer_line, variant_key,
-                             variant_parts)
+                             calibration_bytes, check_key, group_id, platform_id, transfer_bytes, transfer_line,
+                             variant_key, variant_parts)
 from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_lower, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
@@ -694,11 +694,10 @@ def calibrated_groups(doc: dict[str, Any]) -> tuple[set[str], list[dict[str, Any
     without a pixel line, that a calibration prices all the same: by their own line, or as a transfer from the
     class line their architecture's points are pooled in): fitted, not failures."""
     lined = {g for cal in doc["calibrations"] for g in line_groups(cal)}
-    platform = lambda d: tuple(d[k] for k in GROUP_KEYS if k != "architecture")  # noqa: E731
-    pooled = {(platform(cal), a) for cal in doc["calibrations"] for a in cal.get("transfer_lines", {})}
+    pooled = {(platform_id(cal), a) for cal in doc["calibrations"] for a in cal.get("transfer_lines", {})}
     # pooled: a plain group only (a variant no line covers, an overlap or the conv3d decomposition, prices nothing)
     return lined, [u for u in doc["unfitted"] if u["group"] in lined
-                   or u["group"] == group_id(u) and (platform(u), u["architecture"]) in pooled]
+                   or u["group"] == group_id(u) and (platform_id(u), u["architecture"]) in pooled]
 
 
 def line_groups(cal: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:

@@ -49,6 +49,9 @@ def _unlock(fd: int) -> None:
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
 
+SUFFIX = ".jsonl"  # a measurement file's: fit, report and a resumed sweep read a folder's files of it, and no other
+
+
 def check_out_path(path: str | Path) -> None:
     """Refuse an output file that cannot take appended lines, before any process starts: it must be a regular
     file, or a new one in a folder that exists (or can be made) and takes files. Creates nothing."""
@@ -57,7 +60,7 @@ def check_out_path(path: str | Path) -> None:
     path = Path(path)
     if path.exists() and not path.is_file():
         raise VaememError(f"--out {path} is not a regular file (a directory, device or pipe): name a .jsonl file")
-    if path.suffix != ".jsonl":  # fit, report and a resumed sweep read a folder's *.jsonl files only
+    if path.suffix != SUFFIX:
         raise VaememError(f"--out {path}: name a .jsonl file (fit and report read a folder's .jsonl files)")
     folder = path.parent
     while not folder.exists():
@@ -196,8 +199,8 @@ def expand_paths(items: Iterable[str | Path]) -> list[Path]:
     for item in items:
         p = Path(item)
         if p.is_dir():
-            out.extend(sorted(p.glob("*.jsonl")))
-        elif p.exists() and p.suffix != ".jsonl":  # as measure --out: a coefficient file or a dry-run cache given
+            out.extend(sorted(p.glob(f"*{SUFFIX}")))
+        elif p.exists() and p.suffix != SUFFIX:  # as measure --out: a coefficient file or a dry-run cache given
             # here would read as a malformed line, with the advice to delete it
             raise VaememError(f"{p}: not a measurement file (those are the .jsonl files `vaemem measure` writes)")
         elif p.exists():
