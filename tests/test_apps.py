@@ -309,6 +309,40 @@ def test_a_dict_of_coefficients_is_validated_once_and_the_cache_stays_small():
     est.clear_cache()
 
 
+def test_load_is_one_caller_at_a_time(monkeypatch):
+    """Two threads loading fresh dicts: the second validates only after the first is done (unguarded, two
+    evictions at once raised "dictionary changed size during iteration")."""
+    import threading
+
+    est.clear_cache()
+    inside, overlap, b_in, calls = threading.Event(), [], threading.Event(), []
+    real = est.validate
+
+    def slow_validate(data, source="coefficients", layered=False):
+        calls.append(source)
+        if inside.is_set():
+            overlap.append(source)
+            b_in.set()
+        if len(calls) == 1:
+            inside.set()
+            b_in.wait(0.5)  # the first stays inside while the second tries; with the lock it cannot come in
+            inside.clear()
+        return real(data, source, layered)
+
+    monkeypatch.setattr(est, "validate", slow_validate)
+    text = PACKAGED.read_text()
+    a = threading.Thread(target=est.load, args=(json.loads(text),))
+    a.start()
+    inside.wait(5)
+    b = threading.Thread(target=est.load, args=(json.loads(text),))
+    b.start()
+    a.join(10)
+    b.join(10)
+    assert not overlap
+    assert sum(1 for k in est._CACHE if isinstance(k, tuple) and k[0] == "dict") == 2
+    est.clear_cache()
+
+
 def test_estimate_budget_on_the_cli():
     res = runner.invoke(app, ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "bf16",
                               "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--budget", "3000"])

@@ -99,6 +99,7 @@ import json
 import math
 import numbers
 import os as _os
+import threading
 from collections.abc import Callable, Iterator
 
 # Kept light on purpose (no dataclasses, typing or pathlib): apps import this on their start-up path.
@@ -314,6 +315,7 @@ COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
 
 _CACHE: dict = {}
+_LOCK = threading.RLock()  # guards _CACHE's changes in load()
 _VALID = object()  # marks a document this module validated and indexed (a caller's "_plans" key proves nothing)
 PACKAGED_NAME = "coefficients.json"
 # An exported module (``vaemem export --python``) sets this to its coefficient document, as literals.
@@ -396,7 +398,14 @@ def load(path: object = None) -> dict:
     structure or model wins, so ``[mine, None]`` puts a rig owner's own fit of this vaemem over the packaged one;
     a fit of another vaemem's schema goes after it, ``[None, mine]``: see :func:`_layer`), or None (the
     embedded document of an exported module, else :func:`default_coefficients_path`). Refuses an unknown or newer
-    schema and any malformed field (ValueError)."""
+    schema and any malformed field (ValueError). Thread-safe."""
+    # an app prices from several threads: the cache's lookups, moves and evictions go one caller at a time (two
+    # evicting at once raised "dictionary changed size during iteration" or a KeyError)
+    with _LOCK:
+        return _load(path)
+
+
+def _load(path: object) -> dict:
     if isinstance(path, dict):
         if path.get("_valid") is _VALID:
             return path
@@ -420,7 +429,7 @@ def load(path: object = None) -> dict:
         hit = _CACHE.pop(key, None)
         # a dict is keyed by its id: the cache keeps the dicts themselves, so an id cannot be reused while cached
         if hit is None or any(a is not b for a, b in zip(hit[0], path) if isinstance(b, dict)):
-            hit = (tuple(path), _layer([load(p) for p in path]))
+            hit = (tuple(path), _layer([_load(p) for p in path]))
             if kind == "layers":
                 _make_room(kind)
         _CACHE[key] = hit  # last used, last in order
@@ -443,9 +452,10 @@ def load(path: object = None) -> dict:
 def _make_room(kind: str) -> None:
     """Drop the least recently used cache entries keyed ``(kind, ...)`` down to :data:`DICTS_KEPT` less one, for the
     entry about to be added."""
-    keys = [k for k in _CACHE if isinstance(k, tuple) and k[0] == kind]
+    # a snapshot: _doc() adds entries without the lock
+    keys = [k for k in list(_CACHE) if isinstance(k, tuple) and k[0] == kind]
     for old in keys[:max(0, len(keys) - DICTS_KEPT + 1)]:
-        del _CACHE[old]
+        _CACHE.pop(old, None)
 
 
 def _check_source(path: object) -> None:
