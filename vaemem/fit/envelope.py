@@ -15,6 +15,7 @@ Units: the programme is solved in megapixels and MiB (well-conditioned) and repo
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -88,16 +89,29 @@ def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
     off = np.zeros_like(y) if offset is None else np.asarray(offset, dtype=float)
     if a.shape[0] != y.shape[0] or off.shape != y.shape or (y <= 0).any() or (a < 0).any() or (off < 0).any():
         raise VaememError("an envelope needs equal-length, non-negative columns and offsets and positive demands")
-    scale = np.where(a.max(axis=0) > 0, a.max(axis=0), 1.0)
-    a_s, y_s = a / scale, y / y.max()
     if objective not in ("ratio", "bytes"):
         raise VaememError(f"unknown envelope objective {objective!r}; choose ratio or bytes")
-    cost = (a_s / y_s[:, None]).sum(axis=0) if objective == "ratio" else a_s.sum(axis=0)
-    res = linprog(cost, A_ub=-a_s, b_ub=-(y - off) / y.max(),
-                  bounds=[(0, None)] * a.shape[1], method="highs")
-    if res.status != 0:
-        raise VaememError(f"envelope fit failed: {res.message}")
-    return [float(c) * float(y.max()) / float(s) for c, s in zip(res.x, scale)]
+    # the report fits the same point sets again and again (held out, left out, the apps' table): 25,042 programmes,
+    # 9,724 distinct, at 3 ms each; the solution is a function of the inputs, so the same inputs return it again
+    key = hashlib.sha256(b"%d %d %s|" % (*a.shape, objective.encode())
+                         + a.tobytes() + y.tobytes() + off.tobytes()).digest()
+    hit = _SOLVED.get(key)
+    if hit is None:
+        scale = np.where(a.max(axis=0) > 0, a.max(axis=0), 1.0)
+        a_s, y_s = a / scale, y / y.max()
+        cost = (a_s / y_s[:, None]).sum(axis=0) if objective == "ratio" else a_s.sum(axis=0)
+        res = linprog(cost, A_ub=-a_s, b_ub=-(y - off) / y.max(),
+                      bounds=[(0, None)] * a.shape[1], method="highs")
+        if res.status != 0:
+            raise VaememError(f"envelope fit failed: {res.message}")
+        if len(_SOLVED) >= SOLVED_KEPT:
+            del _SOLVED[next(iter(_SOLVED))]  # the oldest
+        hit = _SOLVED[key] = tuple(float(c) * float(y.max()) / float(s) for c, s in zip(res.x, scale))
+    return list(hit)
+
+
+SOLVED_KEPT = 32768  # fit_upper's solutions kept, by a digest of their inputs (a few MiB)
+_SOLVED: dict[bytes, tuple[float, ...]] = {}
 
 
 def fit_lower(x: Sequence[float], y: Sequence[float]) -> tuple[Fraction, Fraction]:

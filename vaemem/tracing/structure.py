@@ -346,12 +346,16 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
     starts = [[last(*p) for p in points]] + [terms([1.0 if working is None else 0.0, r * unit, 0.0, 0.0])
                                              for r in [0.0, *(10 ** (k / 20) for k in range(-100, 1))]]
     best, best_err = None, math.inf
+    seen: dict[tuple, tuple] = {}  # a state's fit and where it moves: the starts' paths soon join
     for at in starts:
         for _ in range(50):
-            c, err = fit(at)
+            hit = seen.get(tuple(at))
+            if hit is None:
+                c, err = fit(at)
+                hit = seen[tuple(at)] = (c, err, terms(c))
+            c, err, moved = hit
             if err < best_err - 1e-12:
                 best, best_err = c, err
-            moved = terms(c)
             if moved == at:
                 break
             at = moved
