@@ -1576,6 +1576,9 @@ def test_a_line_whose_small_points_make_it_steep_prices_the_large_ones_by_its_fl
     assert steep == pytest.approx(4 / 3, rel=1e-9) and steep_base == pytest.approx(10 * MIB, rel=1e-9)
     with pytest.raises(VaememError, match="unknown envelope objective"):
         fit_upper([dry, [1.0] * len(dry)], demand, objective="max")
+    # solved once above: a demand of another shape with the same bytes is refused, not served the remembered answer
+    with pytest.raises(VaememError, match="equal-length"):
+        fit_upper([dry, [1.0] * len(dry)], [[d] for d in demand], objective="bytes")
     rows = [(d, d, y, False, 512 * 512) for d, y in zip(dry, demand)]
     line = co.calibration_line(rows, 0.0)
     assert line["flat"]["dry_factor"] == pytest.approx(1.0, abs=1e-4) and line["dry_factor"] > 1.3

@@ -601,6 +601,10 @@ def fit(
             raise VaememError(f"cannot read coefficient file {out}: "
                               + ("it is a directory" if out.is_dir() else "no such file"))
         data = _load_measurements(measurements, skip_bad)
+        points = [p.point_key for _, pts in data.groups.values() for p in pts]
+        if len(points) < 2:  # refused now, not after the half minute of deriving structures
+            raise VaememError(f"nothing to fit in {_count(data.runs, 'run')} ({''.join(points) or 'no point'}: one "
+                              f"measured point, and every line goes through two); {out} not written")
         if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
                 and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]):
             raise VaememError(f"--out is the packaged coefficient file {out}, the fit of all of "

@@ -210,10 +210,7 @@ def fit_dataset(data: Dataset, margin: float = 0.05, exceptions: dict[str, str] 
         raise VaememError(f"exceptions name groups with no data: {', '.join(sorted(unknown))}")
     groups, unfitted, violations = [], [], []
     used: set[str] = set()  # the groups whose exception a line past the bound took
-    # every line goes through two points at least: with fewer, skip the half minute of deriving structures
-    lines_possible = sum(len(pts) for _, pts in data.groups.values()) >= 2
-    structures = derive_all(list(traces["entries"].values()), traces.get("entries_sha256")) \
-        if traces and lines_possible else {}
+    structures = derive_all(list(traces["entries"].values()), traces.get("entries_sha256")) if traces else {}
     calibrations = calibrate(data, structures, margin)
     calibrated = set()  # groups priced by a calibration line: their pixel line would be dead data
     for cal in calibrations:

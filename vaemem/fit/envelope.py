@@ -87,7 +87,8 @@ def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
     y = np.asarray(demand, dtype=float)
     a = np.stack([np.asarray(c, dtype=float) for c in columns], axis=1)
     off = np.zeros_like(y) if offset is None else np.asarray(offset, dtype=float)
-    if a.shape[0] != y.shape[0] or off.shape != y.shape or (y <= 0).any() or (a < 0).any() or (off < 0).any():
+    if a.ndim != 2 or y.ndim != 1 or a.shape[0] != y.shape[0] or off.shape != y.shape or (y <= 0).any() \
+            or (a < 0).any() or (off < 0).any():
         raise VaememError("an envelope needs equal-length, non-negative columns and offsets and positive demands")
     if objective not in ("ratio", "bytes"):
         raise VaememError(f"unknown envelope objective {objective!r}; choose ratio or bytes")
