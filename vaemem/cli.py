@@ -594,7 +594,7 @@ def fit(
     from vaemem.tracing import cache as tc
 
     try:
-        # the file to write or check, before a minute of fitting
+        # the file to write or check, before the half minute of fitting
         if not check_only:
             check_writable(out)
         elif not out.is_file():
@@ -602,7 +602,7 @@ def fit(
                               + ("it is a directory" if out.is_dir() else "no such file"))
         data = _load_measurements(measurements, skip_bad)
         points = [p.point_key for _, pts in data.groups.values() for p in pts]
-        if len(points) < 2:  # refused now, not after the half minute of deriving structures
+        if len(points) < 2:  # refused now, not after deriving structures
             raise VaememError(f"nothing to fit in {_count(data.runs, 'run')} ({''.join(points) or 'no point'}: one "
                               f"measured point, and every line goes through two); {out} not written")
         if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
