@@ -173,6 +173,7 @@ def test_detect_platform_on_fake_torch_modules(monkeypatch, torch_kw, dtype, env
     monkeypatch.setattr(sys, "platform", platform)
     got = est.detect_platform(fake_torch(**torch_kw), dtype, env=env)
     assert (got["device"], got["backend"], got["allocator"], got["os"], got["attention"]) == want
+    assert got["dtype"] == dtype  # the keys hold for it: pricing another dtype with them is a TypeError, not 3x off
 
 
 @pytest.mark.parametrize("probe,flags,want", [
@@ -851,3 +852,23 @@ def test_a_file_of_pixel_lines_alone_layers_either_way():
     for layers in ([pixel, None], [None, pixel]):
         assert est.explain("sd15", "decode", 512, 512, coefficients=layers, **kw).bytes == \
             est.explain("sd15", "decode", 512, 512, **kw).bytes
+
+
+def test_the_reason_names_the_model_its_architecture_and_what_a_pipeline_would_run():
+    """sd3 is priced by flux1's lines and sdxl by sd15's: the reason says so first (it began "flux1 not measured
+    here" for sd3). An fp16 request of a model whose config sets force_upcast says that a pipeline honouring it runs
+    fp32. On the math path, the reason says whether the score matrices raise the dry run at this size."""
+    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc", os="linux")
+    assert est.explain("sd3", "decode", 1024, 1024, **cpu).reason.startswith("sd3, flux1's architecture: flux1 not")
+    assert est.explain("flux1", "decode", 1024, 1024, **cpu).reason.startswith("flux1 not measured")
+    gpu = dict(backend="cudnn", allocator="native", os="linux")
+    assert "sdxl's config sets force_upcast" in est.explain("sdxl", "decode", 1024, 1024, dtype="fp16", **gpu).reason
+    assert "force_upcast" not in est.explain("sdxl", "decode", 1024, 1024, dtype="bf16", **gpu).reason
+    assert "force_upcast" not in est.explain("sd15", "decode", 1024, 1024, dtype="fp16", **gpu).reason
+    rocm = dict(dtype="bf16", backend="miopen", allocator="native", os="linux")
+    for model, w, h, frames, leads in (("wan21", 832, 480, 81, False), ("sd15", 2048, 2048, 1, True)):
+        math = est.explain(model, "decode", w, h, frames=frames, attention="math", **rocm)
+        fused = est.working_memory_bytes(model, "decode", w, h, frames=frames, **rocm)
+        assert (math.bytes > fused) == leads, (model, math.bytes, fused)
+        assert ("dry-run peak with its score matrices" in math.reason) == leads
+        assert ("its score matrices do not lead here" in math.reason) != leads

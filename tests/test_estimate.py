@@ -305,6 +305,7 @@ def test_fallback_never_prices_below_legacy():
     (dict(backend="aten", allocator="glibc-fixed", os="windows"), "not the CPU allocator of os windows: system is"),
     (dict(backend="mps"), "backend mps does not run on os linux: mps runs on darwin only"),
     (dict(os="darwin"), "backend cudnn does not run on os darwin: the GPU backend of darwin is mps"),
+    (dict(backend="mps", os="darwin", allocator="cudaMallocAsync"), "does not run with backend mps: mps takes native"),
 ])
 def test_errors_are_value_errors_naming_the_valid_choices(kwargs, message):
     args = dict(model="sdxl", op="decode", width=1024, height=1024, dtype="fp16", backend="cudnn",
@@ -1361,6 +1362,18 @@ def test_the_apps_rules_refuse_what_pricing_refuses():
     with pytest.raises(ValueError, match="tile must be a positive integer"):
         est.invokeai_bytes("decode", 512, 512, tile=0, **kw)
     assert est.legacy_bytes("decode", 1024, 1024, sd_family=True, **kw) == 9050 * est.MIB  # the seeds' "before"
+    # a backend that is none (rocm priced at CUDA's constant), a flag that is no bool, a model given by name
+    # (an AttributeError)
+    with pytest.raises(ValueError, match="unknown backend 'rocm'; choose one of: cudnn, miopen"):
+        est.legacy_bytes("decode", 512, 512, dtype="fp16", backend="rocm", sd_family=True)
+    with pytest.raises(ValueError, match="sd_family is True or False, got 'no'"):
+        est.legacy_bytes("decode", 512, 512, dtype="fp16", backend="miopen", sd_family="no")
+    with pytest.raises(ValueError, match="amd is True or False"):
+        est.comfy_bytes("decode", 512, 512, dtype="fp16", amd=None)
+    for rule in (lambda: est.comfy_bytes("decode", 832, 480, dtype="bf16", amd=False, frames=81, model="wan21"),
+                 lambda: est.invokeai_bytes("decode", 832, 480, dtype="bf16", backend="cudnn", model="wan21")):
+        with pytest.raises(ValueError, match="model is a coefficient document's entry of a model"):
+            rule()
 
     class Index:
         def __init__(self, result: object) -> None:

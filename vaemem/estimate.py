@@ -6,10 +6,10 @@ the coefficients embedded). Usage::
 
     import torch
     from vaemem import estimate
-    platform = estimate.detect_platform(torch, "bf16")           # backend, allocator, os of this process
-    need = estimate.working_memory_bytes("sdxl", "decode", 1024, 1024, dtype="bf16", backend=platform["backend"],
-                                         allocator=platform["allocator"], os=platform["os"])
-    tile = estimate.largest_tile("sdxl", "decode", 2048, 2048, budget_bytes, dtype="bf16", **keys)["tile"]
+    platform = estimate.detect_platform(torch, "bf16")  # this process's keys for bf16: once per dtype
+    keys = {k: platform[k] for k in ("dtype", "backend", "allocator", "os", "attention")}
+    need = estimate.working_memory_bytes("sdxl", "decode", 1024, 1024, **keys)
+    tile = estimate.largest_tile("sdxl", "decode", 2048, 2048, budget_bytes, **keys)["tile"]
 
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
@@ -1763,17 +1763,28 @@ def legacy_constants(op: str, dtype: str, backend: str, sd_family: bool) -> tupl
 def legacy_bytes(op: str, width: int, height: int, *, dtype: str, backend: str, sd_family: bool, batch: int = 1,
                  frames: int = 1, tile: int | None = None) -> int:
     """The legacy reservation rule. Batch and frames multiply the pixels (the rule predates both)."""
-    _check_rule(op, dtype, width, height, batch, frames, tile)
+    _check_rule(op, dtype, width, height, batch, frames, tile, backend, {"sd_family": sd_family})
     per_pixel, extra = legacy_constants(op, dtype, backend, sd_family)
     return _legacy(per_pixel, extra, width, height, batch, frames, tile)
 
 
-def _check_rule(op: str, dtype: str, width: int, height: int, batch: int, frames: int, tile: int | None) -> None:
-    """The arguments of an app's rule (the legacy one, ComfyUI's, InvokeAI's): ValueError as pricing gives."""
+def _check_rule(op: str, dtype: str, width: int, height: int, batch: int, frames: int, tile: int | None,
+                backend: str | None = None, flags: dict[str, object] | None = None, model: object = None) -> None:
+    """The arguments of an app's rule (the legacy one, ComfyUI's, InvokeAI's): ValueError as pricing gives.
+    ``backend``: a conv backend (where the rule takes one); ``flags``: arguments that must be bool; ``model``: a
+    coefficient document's model entry or None."""
     _check_op(op, dtype, "fused")
     for name, v in (("width", width), ("height", height), ("batch", batch), ("frames", frames),
                     *((("tile", tile),) if tile is not None else ())):
         _positive_int(name, v)
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    for name, v in (flags or {}).items():
+        if not isinstance(v, bool):
+            raise ValueError(f"{name} is True or False, got {v!r}")
+    if model is not None and not isinstance(model, dict):
+        raise ValueError(f"model is a coefficient document's entry of a model (load()['models']['wan21']) or None, "
+                         f"got {type(model).__name__}")
 
 
 def _legacy(per_pixel: int, extra: int, width: int, height: int, batch: int, frames: int, tile: int | None) -> int:
@@ -1788,7 +1799,7 @@ def comfy_bytes(op: str, width: int, height: int, *, dtype: str, amd: bool, batc
     AMD GPUs). Video decode, per model (h, w latent, T latent frames): Wan 2.1 ``(2200 if T <= 4 else 7000) x h x
     w x 64 x es``; Wan 2.2 ``8000 x h x w x 256 x es``; HunyuanVideo ``2800 x min(8, (T-1) x 4 + 1) x h x w x 64 x
     es``; LTX-Video ``1200 x T x h x w x 512 x es``. Other video: the image rule over every frame."""
-    _check_rule(op, dtype, width, height, batch, frames, None)
+    _check_rule(op, dtype, width, height, batch, frames, None, flags={"amd": amd}, model=model)
     es = ELEMENT_SIZE[dtype]
     m = model or {}
     family, f, tf = m.get("family"), m.get("spatial_factor", 8), m.get("temporal_factor")
@@ -1810,7 +1821,7 @@ def invokeai_bytes(op: str, width: int, height: int, *, dtype: str, backend: str
     for one frame, 6750 multi-frame decode, 1450 encode) plus the clip ``copies x 3 x frames x H x W x es`` (2
     copies decode, 1 encode); MiniMax-H3 encode ``(17 x H x W x es x 14 + clip) x 1.6``; everything else the
     legacy rule (InvokeAI's own image rule)."""
-    _check_rule(op, dtype, width, height, batch, frames, tile)
+    _check_rule(op, dtype, width, height, batch, frames, tile, backend, model=model)
     es = ELEMENT_SIZE[dtype]
     m = model or {}
     px = width * height
@@ -1831,7 +1842,8 @@ CAST = ("model", "op")  # the weights an app cast to the run dtype: the whole VA
 # take seconds a call (sizes from an app's untrusted input must not stall it), and no VAE runs there.
 MAX_SIDE = 65536
 MAX_FRAMES = 65537  # 45 minutes at 24 fps: 1 + 2^16, the longest clip of a 1 + 4k or 1 + 8k class (Mochi's: 65533)
-MAX_BATCH = 4096  # samples of one call: far past any app's batch, and prices stay exact integers below 2^53 bytes
+MAX_BATCH = 4096  # samples of one call, far past any app's batch. Prices are Python ints: at every limit at once
+# they pass 2^63 bytes (7.9e19), so an app that stores one in a fixed-width integer compares it to its budget first
 TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
 
 
@@ -1921,6 +1933,8 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"allocator {allocator} does not run with backend {backend}; "
                          f"{'a CPU' if cpu else 'a GPU'} backend takes one of: "
                          f"{', '.join(a for a in ALLOCATORS if (a in CPU_ALLOCATORS) == cpu)}")
+    if backend == "mps" and allocator != "native":  # as a measured point's (no CUDA allocator setting reaches Metal)
+        raise ValueError(f"allocator {allocator} does not run with backend mps: mps takes native only")
     if not cpu and (backend == "mps") != (os == "darwin"):  # Metal is macOS's GPU backend, and its only one
         raise ValueError(f"backend {backend} does not run on os {os}: "
                          f"{'mps runs on darwin only' if backend == 'mps' else 'the GPU backend of darwin is mps'}")
@@ -3020,21 +3034,45 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     the math path's dry-run peak is priced by the platform's line (fitted over its fused and, where measured, its
     math-path points).
     ``slicing``: diffusers' ``enable_slicing`` (a batch decoded one sample at a time)."""
+    e = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                 allocator=allocator, os=os, batch=batch, frames=frames, tile=tile, cast=cast, attention=attention,
+                 slicing=slicing, coefficients=coefficients)
+    m = _doc(coefficients)["models"][model]
+    if m["architecture"] != model:  # the lines and structures the reason names are its architecture's
+        e.reason = f"{model}, {m['architecture']}'s architecture: {e.reason}"
+    if dtype == "fp16" and m.get("force_upcast"):
+        e.reason += (f"; {model}'s config sets force_upcast: a pipeline that honours it (diffusers' SDXL pipelines) "
+                     f"runs this fp16 VAE in fp32: price that as dtype fp32, loaded dtype fp16")
+    return e
+
+
+def _math_leads(doc: dict, model: str, op: str, width: int, height: int, dtype: str, batch: int, frames: int,
+                tile: int | None, slicing: bool) -> bool:
+    """Whether the math attention path's score matrices raise the request's dry-run peak above the fused path's."""
+    args = (doc, model, op, width, height)
+    kw = dict(dtype=dtype, batch=batch, frames=frames, tile=tile, slicing=slicing)
+    return (dry_run_bytes(*args, attention="math", **kw) or 0) > (dry_run_bytes(*args, attention="fused", **kw) or 0)
+
+
+def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_dtype: str | None,
+             backend: str, allocator: str, os: str, batch: int, frames: int, tile: int | None, cast: str,
+             attention: str, slicing: bool, coefficients: object) -> Estimate:
+    """:func:`explain`'s estimate, its reason in the architecture's terms."""
     doc = _doc(coefficients)
     plan = _plan(doc, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast, attention,
                  slicing)
     total, env, dry, floor, note, ref, one = plan.price(width, height, batch, frames, tile)  # also checks the tile
     if plan.untiled is not None and plan.cs is None:  # unstructured tiled video: the untiled estimate, said so
-        e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                    allocator=allocator, os=os, batch=batch, frames=frames, cast=cast, attention=attention,
-                    slicing=slicing, coefficients=coefficients)
+        e = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                     allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
+                     attention=attention, slicing=slicing, coefficients=coefficients)
         return Estimate(e.bytes, e.source, e.group, e.reason + "; tiled video has no dry-run structure: priced as "
                         "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
                         e.pixels)
     if note == "whole":  # a tile is the whole image: the untiled request's estimate, scaled and said so
-        e = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                    allocator=allocator, os=os, batch=batch, frames=frames, cast=cast, attention=attention,
-                    slicing=slicing, coefficients=coefficients)
+        e = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                     allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
+                     attention=attention, slicing=slicing, coefficients=coefficients)
         ratio = env / e.envelope_bytes if e.envelope_bytes else 1.0
         return Estimate(total, e.source, e.group, f"a tile is the whole image (diffusers' loop runs it first, then "
                         f"crops of it): the untiled request's price x {ratio:.4f}, its tiles' dry-run peak over the "
@@ -3052,7 +3090,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                      + " is the fused path's), so priced by the fused request's lines"
                      if plan.kind == "calib" and "/math" not in plan.variant_at(
                          int(width), int(height), int(batch), int(frames), tile) else
-                     "; math attention path: dry-run peak with its score matrices"
+                     ("; math attention path: dry-run peak with its score matrices"
+                      if _math_leads(doc, model, op, width, height, dtype, batch, frames, tile, slicing) else
+                      "; math attention path: its score matrices do not lead here (its dry run is the fused path's)")
                      if plan.cs is not None and plan.kind != "pixel" else
                      "; math attention path: the attention peak of the tile or image added on top (an upper bound)")
     if slicing and int(batch) > 1:
@@ -3112,9 +3152,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
                            "stays below that")
         dry = top
         if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
-            e1 = explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                         allocator=allocator, os=os, frames=frames, tile=tile, cast=cast, attention=attention,
-                         coefficients=coefficients)  # the same request of one sample (tiled as it is)
+            e1 = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                          allocator=allocator, os=os, batch=1, frames=frames, tile=tile, cast=cast,
+                          attention=attention, slicing=False, coefficients=coefficients)  # the same request of one sample (tiled as it is)
             return Estimate(total, e1.source, e1.group, f"a batch of {int(batch)} at one sample's price, which it "
                             f"never needs less than (its line prices one sample by the most a convolution's call "
                             f"holds, a batch by its dry run and transient, here less): {e1.reason}", env,
@@ -3510,8 +3550,10 @@ def detect_allocator(backend: str, env: dict | None = None, os: str | None = Non
 
 
 def detect_platform(torch: object, dtype: str = "fp32", device: str | None = None, env: dict | None = None) -> dict:
-    """The platform keys of this process for pricing ``dtype``: ``{"device", "backend", "allocator", "os",
-    "attention"}``, from the ``torch`` module the app already imported. ``device`` defaults to CUDA/ROCm, then
+    """The platform keys of this process for pricing ``dtype``: ``{"device", "dtype", "backend", "allocator", "os",
+    "attention"}``, from the ``torch`` module the app already imported. They hold for ``dtype`` only (the backend
+    and the attention path depend on it: a CPU may run bf16 on torch's reference path and fp32 on oneDNN, priced 3x
+    apart), so the dtype travels with them: pass all but ``device`` to the pricing, and detect once per dtype. ``device`` defaults to CUDA/ROCm, then
     MPS, then XPU where available, else the CPU. The allocator comes from ``torch.cuda.memory.
     get_allocator_backend()`` (cudaMallocAsync) and the parsed allocator variables (expandable or not); the
     attention path is ``fused`` where a fused scaled-dot-product kernel takes a VAE's attention head on the device
@@ -3540,7 +3582,7 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
                 allocator = "cudaMallocAsync"
         except (AttributeError, RuntimeError):  # a torch built without this device: the environment decides
             pass
-    return {"device": device.split(":")[0], "backend": backend, "allocator": allocator, "os": os,
+    return {"device": device.split(":")[0], "dtype": dtype, "backend": backend, "allocator": allocator, "os": os,
             "attention": "fused" if _fused_attention(torch, device, dtype) else "math"}
 
 
