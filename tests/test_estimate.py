@@ -279,6 +279,7 @@ def test_fallback_never_prices_below_legacy():
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(model="nope"), "no model 'nope' in the coefficient file .*; it has: cogview4, flux1, sd15, sdxl, wan21"),
+    (dict(model="SDXL"), r"no model 'SDXL' in the coefficient file \(did you mean sdxl\?\)"),
     (dict(model="wan21", frames=8), r"clips of 1 \+ 4k frames"),
     (dict(allocator="nativ"), "unknown allocator 'nativ'; choose one of: native, cudaMallocAsync"),
     (dict(os="Linux"), "unknown os 'Linux'; choose one of: linux, windows, darwin"),

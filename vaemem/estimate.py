@@ -1958,8 +1958,13 @@ def _model(coef: dict, model: object) -> dict:
         raise ValueError(f"model must be a string, got {model!r}")
     m = coef["models"].get(model)
     if m is None:
-        raise ValueError(f"no model {model!r} in the coefficient file (it prices the models it was fitted with: "
-                         f"measure and fit this one, or layer a file that has it); it has: "
+        import difflib  # only on this error: the hot path imports nothing
+
+        names = {n.lower(): n for n in coef["models"]}
+        near = difflib.get_close_matches(model.lower(), list(names), n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(names[n] for n in near)}?)" if near else ""
+        raise ValueError(f"no model {model!r} in the coefficient file{hint} (it prices the models it was fitted "
+                         f"with: measure and fit this one, or layer a file that has it); it has: "
                          f"{', '.join(sorted(coef['models']))}")
     return m
 
