@@ -609,3 +609,16 @@ def test_the_estimate_line_names_the_request_and_rounds_the_reservation_up():
     first = res.stdout.splitlines()[0]
     assert res.exit_code == 0 and first.startswith(
         f"{math.ceil(e.bytes / 2**20)} MiB for wan21 decode 832x480 x 81 frames, batch 2, 256 px tiles bf16 (")
+
+
+def test_report_as_tables_renders_every_section_as_rich_tables():
+    """The default format printed the structural sections as raw Markdown after its one rich table; each Markdown
+    table is now a rich table, headings and notes plain text, long cells wrapped rather than cut."""
+    result = runner.invoke(app, ["report", "--measurements", str(TINY)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "|---" not in out and "## " not in out and "**" not in out
+    assert "\nLeave one architecture out: its points priced" in out
+    # the apps' table and the math path's, as tables with their cells
+    assert out.count("┃ group") >= 2 and "┃ architecture" in out
+    assert "tiny-minimax-h3/encode/onednn/glibc-fixed/fp32" in out

@@ -992,8 +992,12 @@ def report(
                 "and only there is the goal judged on it (a calibrated group's: held out by size, below).\n\n")
         typer.echo(head + accuracy.markdown(summary) + "\n" + structural.markdown(structure) + plan_text, nl=False)
     else:
-        _console().print(accuracy.rich_table(summary))
-        typer.echo(structural.markdown(structure) + plan_text)
+        from vaemem.report.tables import markdown_renderables
+
+        console = _console()
+        console.print(accuracy.rich_table(summary))
+        for part in markdown_renderables(structural.markdown(structure) + plan_text):
+            console.print(part)
 
 
 @app.command()

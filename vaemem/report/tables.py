@@ -41,3 +41,43 @@ def sweep_table(records: list[dict[str, Any]]) -> Any:
                       str(len(rs)), ",".join(sorted({r["status"] for r in rs})), f"{max(ok):.1f}" if ok else "-",
                       f"{sp:.1%}" if sp is not None else "-", f"{statistics.median(secs):.2f}" if secs else "-")
     return table
+
+
+def markdown_renderables(text: str) -> list[Any]:
+    """The report's Markdown as rich renderables for the terminal: each table a rich table whose long cells wrap
+    (rich's own Markdown rendering cut the group ids to the terminal's width), headings bold, other lines as they
+    are. Tables are the report's own: one row a line, ``|`` between cells, the second line the separator."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[Any] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            table = Table(*block[0])
+            for column in table.columns:
+                column.overflow = "fold"
+            for row in block[2:]:
+                table.add_row(*map(_inline, row))
+            out.append(table)
+            continue
+        out.append(Text(line.lstrip("# "), style="bold") if line.startswith("#") else _inline(line))
+        i += 1
+    return out
+
+
+def _inline(text: str) -> Any:
+    """A line of the report's Markdown as rich text: ``**bold**`` bold, code without its backticks."""
+    from rich.text import Text
+
+    out = Text()
+    for k, part in enumerate(text.replace("`", "").split("**")):
+        out.append(part, style="bold" if k % 2 else "")
+    return out
+
