@@ -872,3 +872,25 @@ def test_the_reason_names_the_model_its_architecture_and_what_a_pipeline_would_r
         assert (math.bytes > fused) == leads, (model, math.bytes, fused)
         assert ("dry-run peak with its score matrices" in math.reason) == leads
         assert ("its score matrices do not lead here" in math.reason) != leads
+
+
+def test_an_estimate_says_how_far_past_its_measured_points_it_went():
+    """``extrapolation``: the request's dry-run peak over the largest of the line that priced it (a pixel line: its
+    pixels over its largest), the figure the reason states in words; None where no measured line priced it."""
+    cpu = dict(dtype="fp32", backend="onednn", allocator="glibc-fixed", os="linux")
+    inside = est.explain("sd15", "decode", 512, 512, **cpu)
+    assert inside.source == "measured" and 0 < inside.extrapolation <= 1
+    far = est.explain("sd15", "decode", 1024, 1024, dtype="bf16", backend="aten", allocator="glibc-fixed", os="linux")
+    assert far.extrapolation > 100 and f"{far.extrapolation:.1f}x beyond" in far.reason
+    moved = est.explain("sd3", "decode", 1024, 1024, **{**cpu, "allocator": "glibc"})  # a transfer
+    assert moved.source == "transfer" and f"{moved.extrapolation:.1f}x beyond that line's" in moved.reason
+    assert est.explain("sd15", "decode", 512, 512, dtype="fp16", backend="cudnn", allocator="native",
+                       os="linux").extrapolation is None  # the fallback
+    doc = est.load(None)
+    line = next(g for g in doc["groups"] if g["architecture"] == "tiny-kl" and g["op"] == "decode")
+    side = math.isqrt(line["pixels_max"])
+    if side * side == line["pixels_max"]:  # its largest point, priced by its pixel line: exactly at its edge
+        assert est.explain("tiny-kl", "decode", side, side, **cpu).extrapolation == 1.0
+    res = runner.invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp32",
+                              "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux", "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["extrapolation"] == inside.extrapolation

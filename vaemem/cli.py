@@ -894,8 +894,10 @@ def estimate_cmd(
         typer.echo(f"{math.ceil(e.bytes / MIB)} MiB for {model} {op} {request} {dtype} ({e.source}: {e.reason})")
         # where the fallback took it, or it raised a pixel line
         floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""
+        past = (f", {e.extrapolation:.3g}x past its measured points" if e.extrapolation and e.extrapolation > 1
+                else ", within its measured points" if e.extrapolation else "")
         typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
-                   f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels")
+                   f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels{past}")
     if fit is not None:
         # rounded up as the reservation above: a price shown at the budget does not fit it where it is above it
         up = lambda b: math.ceil(b / MIB)  # noqa: E731

@@ -332,15 +332,20 @@ class Estimate:
     the line's (or the fallback's scaled rule's) bytes before the cast term; ``cast_bytes`` the weight-cast growth;
     ``floor_bytes`` the legacy rule where the fallback weighed it, or where it raised a pixel line far past its
     measured sizes (0 otherwise); ``pixels`` width x height x batch
-    x frames.
+    x frames; ``extrapolation`` how far past its measured points the line that priced it went: the request's
+    dry-run peak over the line's largest measured one (a pixel line: its pixels over its largest), above 1 beyond
+    every measured point by that factor; None where no measured line set the price (the fallback, and a tiled
+    price capped by the untiled one).
     """
 
-    __slots__ = ("bytes", "source", "group", "reason", "envelope_bytes", "cast_bytes", "floor_bytes", "pixels")
+    __slots__ = ("bytes", "source", "group", "reason", "envelope_bytes", "cast_bytes", "floor_bytes", "pixels",
+                 "extrapolation")
 
     def __init__(self, bytes: int, source: str, group: str | None, reason: str, envelope_bytes: int,
-                 cast_bytes: int, floor_bytes: int, pixels: int) -> None:
+                 cast_bytes: int, floor_bytes: int, pixels: int, extrapolation: float | None = None) -> None:
         self.bytes, self.source, self.group, self.reason = bytes, source, group, reason
         self.envelope_bytes, self.cast_bytes, self.floor_bytes, self.pixels = envelope_bytes, cast_bytes, floor_bytes, pixels
+        self.extrapolation = None if extrapolation is None else round(extrapolation, 4)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -3073,7 +3078,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
                      attention=attention, slicing=slicing, coefficients=coefficients)
         return Estimate(e.bytes, e.source, e.group, e.reason + "; tiled video has no dry-run structure: priced as "
                         "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
-                        e.pixels)
+                        e.pixels, e.extrapolation)
     if note == "whole":  # a tile is the whole image: the untiled request's estimate, scaled and said so
         e = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                      allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
@@ -3082,7 +3087,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         return Estimate(total, e.source, e.group, f"a tile is the whole image (diffusers' loop runs it first, then "
                         f"crops of it): the untiled request's price x {ratio:.4f}, its tiles' dry-run peak over the "
                         f"whole image's (the outputs the blend keeps); the untiled request: {e.reason}", env,
-                        e.cast_bytes, e.floor_bytes, e.pixels)
+                        e.cast_bytes, e.floor_bytes, e.pixels, e.extrapolation)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)
     cast_note = ""
@@ -3159,11 +3164,11 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if note == "one sample":  # a batch whose line prices it below one sample: one sample's price
             e1 = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
                           allocator=allocator, os=os, batch=1, frames=frames, tile=tile, cast=cast,
-                          attention=attention, slicing=False, coefficients=coefficients)  # the same request of one sample (tiled as it is)
+                          attention=attention, slicing=False, coefficients=coefficients)  # one sample, tiled as asked
             return Estimate(total, e1.source, e1.group, f"a batch of {int(batch)} at one sample's price, which it "
                             f"never needs less than (its line prices one sample by the most a convolution's call "
                             f"holds, a batch by its dry run and transient, here less): {e1.reason}", env,
-                            plan.cast_bytes, 0, pixels)
+                            plan.cast_bytes, 0, pixels, e1.extrapolation)
         if note == "capped" and own is not None:  # its own untiled line bounds its own tiled one
             return Estimate(total, "measured", calib["calibration"], f"its own tiled line on this platform "
                             f"({own['n_points']} points) prices more: " + _capped_says(plan, live)
@@ -3214,7 +3219,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
             if dry > line["dry_bytes_max"]:
                 reason += f", {_times(dry / line['dry_bytes_max'])} beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + hidden + cast_note, env,
-                            plan.cast_bytes, 0, pixels)
+                            plan.cast_bytes, 0, pixels, dry / line["dry_bytes_max"])
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
                             + _capped_says(plan, live)
@@ -3261,13 +3266,14 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if dry > chosen["dry_bytes_max"]:
             reason += f", {_times(dry / chosen['dry_bytes_max'])} beyond that line's largest measured dry-run peak"
         return Estimate(total, "transfer", calib["calibration"], reason + hidden + cast_note, env, plan.cast_bytes, 0,
-                        pixels)
+                        pixels, dry / chosen["dry_bytes_max"])
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
+        most = plan.pixel_line[3]  # type: ignore[index]
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, floor,
-                        pixels)
+                        pixels, pixels / most if most else None)
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
                         + _capped_says(plan, dry)
