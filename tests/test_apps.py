@@ -856,7 +856,7 @@ def test_a_file_of_pixel_lines_alone_layers_either_way():
 
 def test_the_reason_names_the_model_its_architecture_and_what_a_pipeline_would_run():
     """sd3 is priced by flux1's lines and sdxl by sd15's: the reason says so first (it began "flux1 not measured
-    here" for sd3). An fp16 request of a model whose config sets force_upcast says that a pipeline honouring it runs
+    here" for sd3). An fp16 request of SDXL, whose config sets force_upcast, says that its pipelines honour it and run
     fp32. On the math path, the reason says whether the score matrices raise the dry run at this size."""
     cpu = dict(dtype="fp32", backend="onednn", allocator="glibc", os="linux")
     assert est.explain("sd3", "decode", 1024, 1024, **cpu).reason.startswith("sd3, flux1's architecture: flux1 not")
@@ -865,6 +865,8 @@ def test_the_reason_names_the_model_its_architecture_and_what_a_pipeline_would_r
     assert "sdxl's config sets force_upcast" in est.explain("sdxl", "decode", 1024, 1024, dtype="fp16", **gpu).reason
     assert "force_upcast" not in est.explain("sdxl", "decode", 1024, 1024, dtype="bf16", **gpu).reason
     assert "force_upcast" not in est.explain("sd15", "decode", 1024, 1024, dtype="fp16", **gpu).reason
+    # FLUX.1's config sets the flag too, and its pipeline ignores it
+    assert "force_upcast" not in est.explain("flux1", "decode", 1024, 1024, dtype="fp16", **gpu).reason
     rocm = dict(dtype="bf16", backend="miopen", allocator="native", os="linux")
     for model, w, h, frames, leads in (("wan21", 832, 480, 81, False), ("sd15", 2048, 2048, 1, True)):
         math = est.explain(model, "decode", w, h, frames=frames, attention="math", **rocm)

@@ -622,3 +622,23 @@ def test_report_as_tables_renders_every_section_as_rich_tables():
     # the apps' table and the math path's, as tables with their cells
     assert out.count("┃ group") >= 2 and "┃ architecture" in out
     assert "tiny-minimax-h3/encode/onednn/glibc-fixed/fp32" in out
+
+
+def test_markdown_tables_become_rich_tables_cell_for_cell():
+    """Known answer: the separator row dropped (a row of dashes kept), an escaped pipe kept in its cell, a trailing
+    empty cell kept, markup-like text shown as is, bold and code marks removed."""
+    from rich.console import Console
+
+    from vaemem.report.tables import markdown_renderables
+
+    parts = markdown_renderables("# Title\n| a | b \\| c | [bold]x |\n|---|:-:|---|\n| - | - | - |\n"
+                                 "| **1** | `2` ||\ntext `code`")
+    assert [type(p).__name__ for p in parts] == ["Text", "Table", "Text"]
+    table = parts[1]
+    assert [str(c.header) for c in table.columns] == ["a", "b | c", "[bold]x"]
+    assert [[str(cell) for cell in c._cells] for c in table.columns] == [["-", "1"], ["-", "2"], ["-", ""]]
+    console = Console(width=80, record=True)
+    for p in parts:
+        console.print(p)
+    text = console.export_text()
+    assert "Title" in text and "text code" in text and "**" not in text

@@ -313,6 +313,9 @@ LEGACY_TILED_FACTOR = 1.25
 # ComfyUI's image rule, for side-by-side reports only (its per-model video rules are in comfy_bytes).
 COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
+# The models whose diffusers pipelines read the config's force_upcast and run an fp16 VAE in fp32 (diffusers 0.42:
+# the SDXL family's; FLUX.1's, SD3's, CogView4's and CogVideoX's configs set it too, and their pipelines ignore it)
+UPCAST_PIPELINES = {"sdxl": "diffusers' SDXL pipelines"}
 
 _CACHE: dict = {}
 _LOCK = threading.RLock()  # guards _CACHE's changes in load()
@@ -3050,9 +3053,9 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
     m = _doc(coefficients)["models"][model]
     if m["architecture"] != model:  # the lines and structures the reason names are its architecture's
         e.reason = f"{model}, {m['architecture']}'s architecture: {e.reason}"
-    if dtype == "fp16" and m.get("force_upcast"):
-        e.reason += (f"; {model}'s config sets force_upcast: a pipeline that honours it (diffusers' SDXL pipelines) "
-                     f"runs this fp16 VAE in fp32: price that as dtype fp32, loaded dtype fp16")
+    if dtype == "fp16" and model in UPCAST_PIPELINES and m.get("force_upcast"):
+        e.reason += (f"; {model}'s config sets force_upcast, which {UPCAST_PIPELINES[model]} honour: they run this "
+                     f"fp16 VAE in fp32, priced as dtype fp32, loaded dtype fp16")
     return e
 
 
@@ -3084,9 +3087,10 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
                      allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
                      attention=attention, slicing=slicing, coefficients=coefficients)
         ratio = env / e.envelope_bytes if e.envelope_bytes else 1.0
+        math_tile = ", a tile's score matrices on top on the math path" if attention == "math" else ""
         return Estimate(total, e.source, e.group, f"a tile is the whole image (diffusers' loop runs it first, then "
                         f"crops of it): the untiled request's price x {ratio:.4f}, its tiles' dry-run peak over the "
-                        f"whole image's (the outputs the blend keeps); the untiled request: {e.reason}", env,
+                        f"whole image's (the outputs the blend keeps{math_tile}); the untiled request: {e.reason}", env,
                         e.cast_bytes, e.floor_bytes, e.pixels, e.extrapolation)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -47,7 +48,7 @@ def markdown_renderables(text: str) -> list[Any]:
     """The report's Markdown as rich renderables for the terminal: each table a rich table whose long cells wrap
     (rich's own Markdown rendering cut the group ids to the terminal's width), headings bold, other lines as they
     are. Tables are the report's own: one row a line, ``|`` between cells, the second line the separator."""
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 
     out: list[Any] = []
@@ -58,18 +59,25 @@ def markdown_renderables(text: str) -> list[Any]:
         if line.startswith("|"):
             block = []
             while i < len(lines) and lines[i].startswith("|"):
-                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                block.append(lines[i].strip())
                 i += 1
-            table = Table(*block[0])
-            for column in table.columns:
-                column.overflow = "fold"
-            for row in block[2:]:
+            if len(block) > 1 and re.fullmatch(r"\|[\s:|-]+\|", block[1]):  # the separator, not a row of "-"
+                del block[1]
+            rows = [_cells(r) for r in block]
+            table = Table(*(Column(header=_inline(h), overflow="fold") for h in rows[0]))
+            for row in rows[1:]:
                 table.add_row(*map(_inline, row))
             out.append(table)
             continue
         out.append(Text(line.lstrip("# "), style="bold") if line.startswith("#") else _inline(line))
         i += 1
     return out
+
+
+def _cells(row: str) -> list[str]:
+    """A Markdown table row's cells: split at the pipes that are not escaped, ``\\|`` a pipe in a cell."""
+    inner = row[1:-1] if row.endswith("|") and not row.endswith("\\|") else row[1:]
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
 
 
 def _inline(text: str) -> Any:
