@@ -21,8 +21,9 @@ run: install
 	$(BIN)/python -m vaemem.demo --out $(SCRATCH)
 
 # Two worker processes (pytest-xdist): most of the suite's time is children importing torch and dry runs on one
-# core each, so two workers cut it by a quarter on a 2-core machine (5.6 min serial, 4.3 min in two here). Fixed
-# at two, not one per core: the measuring tests start children of their own.
+# core each, so two workers cut it by a quarter on a 2-core machine (5.6 min serial, 4.3 min in two here, when the
+# suite was smaller; 8.6 min in two on a clean clone of 2026-12-07). Fixed at two, not one per core: the measuring
+# tests start children of their own.
 test: install
 	$(BIN)/python -m pytest -q -n 2
 	$(MAKE) check
