@@ -890,9 +890,21 @@ def test_an_estimate_says_how_far_past_its_measured_points_it_went():
                        os="linux").extrapolation is None  # the fallback
     doc = est.load(None)
     line = next(g for g in doc["groups"] if g["architecture"] == "tiny-kl" and g["op"] == "decode")
-    side = math.isqrt(line["pixels_max"])
-    if side * side == line["pixels_max"]:  # its largest point, priced by its pixel line: exactly at its edge
-        assert est.explain("tiny-kl", "decode", side, side, **cpu).extrapolation == 1.0
+    # its pixel line at its largest pixel count (8 px wide: a pixel line prices pixels alone), exactly at its edge
+    assert line["pixels_max"] % 64 == 0
+    assert est.explain("tiny-kl", "decode", 8, line["pixels_max"] // 8, **cpu).extrapolation == 1.0
+    # just past its largest dry run: not rounded to 1, so the CLI says what the reason says
+    just = est.explain("sd15", "decode", 1024, 1024, **{**cpu, "dtype": "bf16"})
+    assert 1 < just.extrapolation < 1.01 and "just beyond" in just.reason
+    # a tiled price capped by the untiled one: the untiled request's line's figure
+    args = ("ltx-2", "decode", 2048, 2048)
+    aten = dict(dtype="bf16", backend="aten", allocator="glibc-fixed", os="linux")
+    capped = est.explain(*args, tile=1024, **aten)
+    assert "capped at this request's untiled price" in capped.reason
+    assert capped.extrapolation == est.explain(*args, **aten).extrapolation > 1
     res = runner.invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp32",
                               "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux", "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["extrapolation"] == inside.extrapolation
+    res = runner.invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "1024", "--dtype", "bf16",
+                              "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux"])
+    assert res.exit_code == 0 and "just past its largest measured point" in res.output

@@ -894,8 +894,9 @@ def estimate_cmd(
         typer.echo(f"{math.ceil(e.bytes / MIB)} MiB for {model} {op} {request} {dtype} ({e.source}: {e.reason})")
         # where the fallback took it, or it raised a pixel line
         floor = f", legacy floor {e.floor_bytes / MIB:.0f} MiB" if e.floor_bytes else ""
-        past = (f", {e.extrapolation:.3g}x past its measured points" if e.extrapolation and e.extrapolation > 1
-                else ", within its measured points" if e.extrapolation else "")
+        x = e.extrapolation  # the reason's words for it: "just" within 1 %
+        past = "" if x is None or x <= 1 else \
+            f", {'just' if x < 1.01 else f'{x:.3g}x'} past its largest measured point"
         typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
                    f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels{past}")
     if fit is not None:

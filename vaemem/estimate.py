@@ -314,7 +314,8 @@ LEGACY_TILED_FACTOR = 1.25
 COMFY_K = {"decode": 2178, "encode": 1767}
 COMFY_AMD_FACTOR = 2.73
 # The models whose diffusers pipelines read the config's force_upcast and run an fp16 VAE in fp32 (diffusers 0.42:
-# the SDXL family's; FLUX.1's, SD3's, CogView4's and CogVideoX's configs set it too, and their pipelines ignore it)
+# the SDXL family's; FLUX.1's, FLUX.2's, SD3's, CogView4's and CogVideoX's configs set it too, and their pipelines
+# ignore it)
 UPCAST_PIPELINES = {"sdxl": "diffusers' SDXL pipelines"}
 
 _CACHE: dict = {}
@@ -336,9 +337,10 @@ class Estimate:
     ``floor_bytes`` the legacy rule where the fallback weighed it, or where it raised a pixel line far past its
     measured sizes (0 otherwise); ``pixels`` width x height x batch
     x frames; ``extrapolation`` how far past its measured points the line that priced it went: the request's
-    dry-run peak over the line's largest measured one (a pixel line: its pixels over its largest), above 1 beyond
-    every measured point by that factor; None where no measured line set the price (the fallback, and a tiled
-    price capped by the untiled one).
+    dry-run peak over the line's largest measured one (a pixel line: its pixels over its largest; a tiled price
+    capped by the untiled one: the untiled request's), above 1 beyond every measured point by that factor (below
+    1 says nothing of the smallest); None where no measured line set the price (the fallback, and a pixel line
+    that records no largest size).
     """
 
     __slots__ = ("bytes", "source", "group", "reason", "envelope_bytes", "cast_bytes", "floor_bytes", "pixels",
@@ -348,7 +350,7 @@ class Estimate:
                  cast_bytes: int, floor_bytes: int, pixels: int, extrapolation: float | None = None) -> None:
         self.bytes, self.source, self.group, self.reason = bytes, source, group, reason
         self.envelope_bytes, self.cast_bytes, self.floor_bytes, self.pixels = envelope_bytes, cast_bytes, floor_bytes, pixels
-        self.extrapolation = None if extrapolation is None else round(extrapolation, 4)
+        self.extrapolation = extrapolation
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -1851,7 +1853,8 @@ CAST = ("model", "op")  # the weights an app cast to the run dtype: the whole VA
 MAX_SIDE = 65536
 MAX_FRAMES = 65537  # 45 minutes at 24 fps: 1 + 2^16, the longest clip of a 1 + 4k or 1 + 8k class (Mochi's: 65533)
 MAX_BATCH = 4096  # samples of one call, far past any app's batch. Prices are Python ints: at every limit at once
-# they pass 2^63 bytes (7.9e19), so an app that stores one in a fixed-width integer compares it to its budget first
+# they pass 2^63 bytes (Wan 2.1's and HunyuanVideo's fp32 decode 7.9e19, HunyuanVideo's math path 1.7e22), so an
+# app that stores one in a fixed-width integer compares it to its budget first
 TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
 
 
@@ -3093,6 +3096,12 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
                         f"whole image's (the outputs the blend keeps{math_tile}); the untiled request: {e.reason}", env,
                         e.cast_bytes, e.floor_bytes, e.pixels, e.extrapolation)
     pixels = int(width) * int(height) * int(batch) * int(frames)
+
+    def untiled_extrapolation() -> float | None:  # a capped tiled price's: the untiled request's line's
+        return _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                        allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
+                        attention=attention, slicing=slicing, coefficients=coefficients).extrapolation
+
     copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)
     cast_note = ""
     if attention == "math":
@@ -3176,7 +3185,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if note == "capped" and own is not None:  # its own untiled line bounds its own tiled one
             return Estimate(total, "measured", calib["calibration"], f"its own tiled line on this platform "
                             f"({own['n_points']} points) prices more: " + _capped_says(plan, live)
-                            + cast_note, env, plan.cast_bytes, 0, pixels)
+                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled_extrapolation())
         if own is not None:
             branch = ""
             m = plan.m
@@ -3227,7 +3236,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
                             + _capped_says(plan, live)
-                            + cast_note, env, plan.cast_bytes, 0, pixels)
+                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled_extrapolation())
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
@@ -3281,7 +3290,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
                         + _capped_says(plan, dry)
-                        + cast_note, env, plan.cast_bytes, floor, pixels)
+                        + cast_note, env, plan.cast_bytes, floor, pixels, untiled_extrapolation())
     scaled = env - copy  # the rule before the weight copy
     measured_untiled = tile is not None and plan.whole is not None and plan.whole.kind != "fallback"
     unmeasured = "platform not measured tiled" if measured_untiled else "platform not measured"

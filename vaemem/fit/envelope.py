@@ -92,8 +92,9 @@ def fit_upper(columns: Sequence[Sequence[float]], demand: Sequence[float],
         raise VaememError("an envelope needs equal-length, non-negative columns and offsets and positive demands")
     if objective not in ("ratio", "bytes"):
         raise VaememError(f"unknown envelope objective {objective!r}; choose ratio or bytes")
-    # the report fits the same point sets again and again (held out, left out, the apps' table): 25,042 programmes,
-    # 9,724 distinct, at 3 ms each; the solution is a function of the inputs, so the same inputs return it again
+    # the report fits the same point sets again and again (held out, left out, the apps' table): with a plan's fit
+    # 25,042 programmes, 9,724 distinct, at 3 ms each; the solution is a function of the inputs, so the same inputs
+    # return it again
     key = hashlib.sha256(b"%d %d %s|" % (*a.shape, objective.encode())
                          + a.tobytes() + y.tobytes() + off.tobytes()).digest()
     hit = _SOLVED.get(key)
