@@ -1787,14 +1787,20 @@ def _check_rule(op: str, dtype: str, width: int, height: int, batch: int, frames
     for name, v in (("width", width), ("height", height), ("batch", batch), ("frames", frames),
                     *((("tile", tile),) if tile is not None else ())):
         _positive_int(name, v)
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend is not None:
+        _check_backend(backend)
     for name, v in (flags or {}).items():
         if not isinstance(v, bool):
             raise ValueError(f"{name} is True or False, got {v!r}")
     if model is not None and not isinstance(model, dict):
         raise ValueError(f"model is a coefficient document's entry of a model (load()['models']['wan21']) or None, "
                          f"got {type(model).__name__}")
+
+
+def _check_backend(backend: object) -> None:
+    """ValueError unless ``backend`` is a conv backend key (pricing, the apps' rules, :func:`detect_allocator`)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
 
 
 def _legacy(per_pixel: int, extra: int, width: int, height: int, batch: int, frames: int, tile: int | None) -> int:
@@ -1928,8 +1934,7 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"loaded_dtype must be a string or None, got {loaded_dtype!r}")
     if loaded_dtype is not None and loaded_dtype not in ELEMENT_SIZE:
         raise ValueError(f"unknown loaded_dtype {loaded_dtype!r}; choose one of: {', '.join(ELEMENT_SIZE)}")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    _check_backend(backend)
     if allocator not in ALLOCATORS:
         raise ValueError(f"unknown allocator {allocator!r}; choose one of: {', '.join(ALLOCATORS)}")
     if os not in OSES:
@@ -3078,17 +3083,19 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
     plan = _plan(doc, model, op, dtype, loaded_dtype, backend, allocator, os, tile is not None, cast, attention,
                  slicing)
     total, env, dry, floor, note, ref, one = plan.price(width, height, batch, frames, tile)  # also checks the tile
+
+    def untiled() -> Estimate:  # the same request untiled: what a tiled one is priced by, or capped at
+        return _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
+                        allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
+                        attention=attention, slicing=slicing, coefficients=coefficients)
+
     if plan.untiled is not None and plan.cs is None:  # unstructured tiled video: the untiled estimate, said so
-        e = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                     allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
-                     attention=attention, slicing=slicing, coefficients=coefficients)
+        e = untiled()
         return Estimate(e.bytes, e.source, e.group, e.reason + "; tiled video has no dry-run structure: priced as "
                         "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
                         e.pixels, e.extrapolation)
     if note == "whole":  # a tile is the whole image: the untiled request's estimate, scaled and said so
-        e = _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                     allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
-                     attention=attention, slicing=slicing, coefficients=coefficients)
+        e = untiled()
         ratio = env / e.envelope_bytes if e.envelope_bytes else 1.0
         math_tile = ", a tile's score matrices on top on the math path" if attention == "math" else ""
         return Estimate(total, e.source, e.group, f"a tile is the whole image (diffusers' loop runs it first, then "
@@ -3096,12 +3103,6 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
                         f"whole image's (the outputs the blend keeps{math_tile}); the untiled request: {e.reason}", env,
                         e.cast_bytes, e.floor_bytes, e.pixels, e.extrapolation)
     pixels = int(width) * int(height) * int(batch) * int(frames)
-
-    def untiled_extrapolation() -> float | None:  # a capped tiled price's: the untiled request's line's
-        return _explain(model, op, width, height, dtype=dtype, loaded_dtype=loaded_dtype, backend=backend,
-                        allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
-                        attention=attention, slicing=slicing, coefficients=coefficients).extrapolation
-
     copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)
     cast_note = ""
     if attention == "math":
@@ -3185,7 +3186,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if note == "capped" and own is not None:  # its own untiled line bounds its own tiled one
             return Estimate(total, "measured", calib["calibration"], f"its own tiled line on this platform "
                             f"({own['n_points']} points) prices more: " + _capped_says(plan, live)
-                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled_extrapolation())
+                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled().extrapolation)
         if own is not None:
             branch = ""
             m = plan.m
@@ -3236,7 +3237,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
                             + _capped_says(plan, live)
-                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled_extrapolation())
+                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled().extrapolation)
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
@@ -3290,7 +3291,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
                         + _capped_says(plan, dry)
-                        + cast_note, env, plan.cast_bytes, floor, pixels, untiled_extrapolation())
+                        + cast_note, env, plan.cast_bytes, floor, pixels, untiled().extrapolation)
     scaled = env - copy  # the rule before the weight copy
     measured_untiled = tile is not None and plan.whole is not None and plan.whole.kind != "fallback"
     unmeasured = "platform not measured tiled" if measured_untiled else "platform not measured"
@@ -3555,8 +3556,7 @@ def detect_allocator(backend: str, env: dict | None = None, os: str | None = Non
     odd = sorted(str(k) for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str))
     if odd:
         raise ValueError(f"env must map names to strings, as os.environ does; not: {', '.join(odd)}")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    _check_backend(backend)
     if backend in ("mps", "xpu"):  # their allocators take no settings vaemem keys
         return "native"
     if backend in CPU_BACKENDS:
@@ -3577,10 +3577,10 @@ def detect_platform(torch: object, dtype: str = "fp32", device: str | None = Non
     """The platform keys of this process for pricing ``dtype``: ``{"device", "dtype", "backend", "allocator", "os",
     "attention"}``, from the ``torch`` module the app already imported. They hold for ``dtype`` only (the backend
     and the attention path depend on it: a CPU may run bf16 on torch's reference path and fp32 on oneDNN, priced 3x
-    apart), so the dtype travels with them: pass all but ``device`` to the pricing, and detect once per dtype. ``device`` defaults to CUDA/ROCm, then
-    MPS, then XPU where available, else the CPU. The allocator comes from ``torch.cuda.memory.
-    get_allocator_backend()`` (cudaMallocAsync) and the parsed allocator variables (expandable or not); the
-    attention path is ``fused`` where a fused scaled-dot-product kernel takes a VAE's attention head on the device
+    apart), so the dtype travels with them: pass all but ``device`` to the pricing, and detect once per dtype.
+    ``device`` defaults to CUDA/ROCm, then MPS, then XPU where available, else the CPU. The allocator comes from
+    ``torch.cuda.memory.get_allocator_backend()`` (cudaMallocAsync) and the parsed allocator variables (expandable
+    or not); the attention path is ``fused`` where a fused scaled-dot-product kernel takes a VAE's attention head on the device
     in ``dtype``, else ``math`` (the score matrix is materialised): a probe that runs one small attention there
     (:func:`_fused_attention`). A device this torch does not see raises ValueError."""
     if not isinstance(dtype, str) or dtype not in ELEMENT_SIZE:

@@ -349,10 +349,11 @@ def _tiled_piece(points: list[tuple[int, int, int]], ys: list[float], assembly: 
     seen: dict[tuple, tuple] = {}  # a state's fit and where it moves: the starts' paths soon join
     for at in starts:
         for _ in range(50):
-            hit = seen.get(tuple(at))
+            state = tuple(at)
+            hit = seen.get(state)
             if hit is None:
                 c, err = fit(at)
-                hit = seen[tuple(at)] = (c, err, terms(c))
+                hit = seen[state] = (c, err, terms(c))
             c, err, moved = hit
             if err < best_err - 1e-12:
                 best, best_err = c, err
