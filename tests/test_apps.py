@@ -75,7 +75,8 @@ def test_the_exported_module_is_deterministic_self_contained_and_prices_what_the
             "    m, op, w, h = r.pop('model'), r.pop('op'), r.pop('width'), r.pop('height')\n"
             "    out.append(e.working_memory_bytes(m, op, w, h, **r))\n"
             "mods = sorted(n for n in sys.modules if n.split('.')[0] in ('vaemem', 'torch', 'numpy'))\n"
-            "print(json.dumps({'bytes': out, 'modules': mods, 'path': e.default_coefficients_path()}))")
+            "print(json.dumps({'bytes': out, 'modules': mods, 'path': e.default_coefficients_path(),\n"
+            "                  'sha256': e.coefficients_sha256()}))")
     env = {"PATH": os.environ.get("PATH", ""), "VAEMEM_COEFFICIENTS": "/nonexistent.json"}  # embedded wins
     res = subprocess.run([sys.executable, "-I", "-c", code, str(a.parent), json.dumps(reqs)], capture_output=True,
                          text=True, env=env)
@@ -86,6 +87,13 @@ def test_the_exported_module_is_deterministic_self_contained_and_prices_what_the
                                      **{k: v for k, v in r.items() if k not in ("model", "op", "width", "height")})
             for r in reqs]
     assert got["bytes"] == want and len(want) > 60
+    # which coefficients priced: the package's digest of the same document, named in the module's header
+    assert got["sha256"] == est.coefficients_sha256(PACKAGED) == est.coefficients_sha256(json.loads(
+        PACKAGED.read_text()))
+    assert f"coefficients sha256:{got['sha256']}." in a.read_text().splitlines()[0]
+    changed = json.loads(PACKAGED.read_text())
+    changed["models"]["sd15"]["force_upcast"] = not changed["models"]["sd15"].get("force_upcast", False)
+    assert est.coefficients_sha256(changed) != got["sha256"]  # one field changed, another digest
 
 
 def test_export_refuses_a_bad_coefficient_file(tmp_path):
@@ -905,6 +913,7 @@ def test_an_estimate_says_how_far_past_its_measured_points_it_went():
     res = runner.invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "512", "--dtype", "fp32",
                               "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux", "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["extrapolation"] == inside.extrapolation
+    assert json.loads(res.output)["verified"] is inside.verified is True
     res = runner.invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "1024", "--dtype", "bf16",
                               "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux"])
     assert res.exit_code == 0 and "just past its largest measured point" in res.output

@@ -204,11 +204,42 @@ def test_transfer_prices_an_unmeasured_architecture_by_the_class_line_and_says_i
     e = est.explain("cogview4", "decode", 1024, 1024, dtype="bf16", backend="cudnn", allocator="native",
                     os="linux", coefficients=coef)
     assert e.source == "transfer" and e.bytes == int(2.9 * 3072 * 1024 * 1024 + 120 * MIB)
-    assert "UNVERIFIED" in e.reason
+    assert "UNVERIFIED" in e.reason and e.verified is False
+    agreed = _coef(structures=STRUCTURES, calibrations=[_calibration({"sd15": (2.8, 100 * MIB)}, cls=cls)])
+    e = est.explain("cogview4", "decode", 1024, 1024, dtype="bf16", backend="cudnn", allocator="native",
+                    os="linux", coefficients=agreed)
+    assert e.source == "transfer" and "UNVERIFIED" not in e.reason and e.verified is True
+    own = est.explain("sd15", "decode", 1024, 1024, dtype="bf16", backend="cudnn", allocator="native",
+                      os="linux", coefficients=coef)
+    assert own.source == "measured" and own.verified is True
     # another kernel class, or another platform, does not transfer
     other = est.explain("wan21", "decode", 832, 480, frames=81, dtype="bf16", backend="cudnn", allocator="native",
                         os="linux", coefficients=coef)
-    assert other.source == "fallback"
+    assert other.source == "fallback" and other.verified is False
+
+
+def test_verified_says_what_the_reason_says_on_the_committed_file():
+    """Across the committed file's platforms and models: a measured line is verified, the fallback is not, and a
+    transfer is exactly where its reason does not say UNVERIFIED (both come from the calibration's ``agree``)."""
+    doc = est.load(None)
+    platforms = sorted({(c["conv_backend"], c["allocator"], c["dtype"], c["os"]) for c in doc["calibrations"]})
+    seen = {"measured": 0, "transfer": 0, "fallback": 0, "unverified": 0}
+    for model, m in sorted(doc["models"].items()):
+        if model.startswith("tiny-"):
+            continue
+        frames = est.frame_step(m) + 1 if est.frame_step(m) else 1
+        for backend, allocator, dtype, os_ in platforms + [("cudnn", "native", "bf16", "linux")]:
+            for op in ("decode", "encode"):
+                try:
+                    e = est.explain(model, op, 256, 256, frames=frames, dtype=dtype, backend=backend,
+                                    allocator=allocator, os=os_)
+                except ValueError:
+                    continue  # an op or dtype this architecture does not run
+                assert e.verified == (e.source == "measured" or (e.source == "transfer" and
+                                                                 "UNVERIFIED" not in e.reason)), (model, e)
+                seen[e.source] += 1
+                seen["unverified"] += e.source == "transfer" and not e.verified
+    assert all(seen.values()), seen  # every case met
 
 
 def test_fallback_scales_the_legacy_rule_by_the_dry_run_ratio_to_the_sd_family():

@@ -14,7 +14,7 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema 16) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
+The file (schema :data:`SCHEMA_VERSION`) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
 bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
 (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
 envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import hashlib
 import json
 import math
 import numbers
@@ -340,17 +341,21 @@ class Estimate:
     dry-run peak over the line's largest measured one (a pixel line: its pixels over its largest; a tiled price
     capped by the untiled one: the untiled request's), above 1 beyond every measured point by that factor (below
     1 says nothing of the smallest); None where no measured line set the price (the fallback, and a pixel line
-    that records no largest size).
+    that records no largest size); ``verified`` whether measurements on this platform vouch for the line that set
+    the price: True for the architecture's own measured line, and for a transfer within a kernel class whose
+    measured architectures agree; False for a transfer the reason calls UNVERIFIED (one architecture measured in
+    its class, or they disagree) and for the fallback. A price capped by the untiled request's takes that one's.
     """
 
     __slots__ = ("bytes", "source", "group", "reason", "envelope_bytes", "cast_bytes", "floor_bytes", "pixels",
-                 "extrapolation")
+                 "extrapolation", "verified")
 
     def __init__(self, bytes: int, source: str, group: str | None, reason: str, envelope_bytes: int,
-                 cast_bytes: int, floor_bytes: int, pixels: int, extrapolation: float | None = None) -> None:
+                 cast_bytes: int, floor_bytes: int, pixels: int, extrapolation: float | None = None,
+                 verified: bool = False) -> None:
         self.bytes, self.source, self.group, self.reason = bytes, source, group, reason
         self.envelope_bytes, self.cast_bytes, self.floor_bytes, self.pixels = envelope_bytes, cast_bytes, floor_bytes, pixels
-        self.extrapolation = extrapolation
+        self.extrapolation, self.verified = extrapolation, verified
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -457,6 +462,20 @@ def _load(path: object) -> dict:
     if data is None:
         data = _CACHE[key] = _read(key)
     return data
+
+
+def coefficients_sha256(coefficients: object = None) -> str:
+    """The sha256 (hex) of the coefficient document that prices ``coefficients=`` (the argument :func:`explain`
+    takes; a layered list: the merged document), over its canonical JSON (keys sorted, no spaces). An app logs it
+    beside a price to say which fit set it; an exported module returns the digest its header names. Computed once
+    per document."""
+    doc = _doc(coefficients)
+    digest = doc.get("_sha256")
+    if digest is None:  # two threads may both compute it: the same value
+        public = {k: v for k, v in doc.items() if not k.startswith("_")}
+        text = json.dumps(public, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        digest = doc["_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    return digest
 
 
 def _make_room(kind: str) -> None:
@@ -3089,11 +3108,15 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
                         allocator=allocator, os=os, batch=batch, frames=frames, tile=None, cast=cast,
                         attention=attention, slicing=slicing, coefficients=coefficients)
 
+    def capped() -> tuple[float | None, bool]:  # a price capped by the untiled one: its extrapolation, verified
+        u = untiled()
+        return u.extrapolation, u.verified
+
     if plan.untiled is not None and plan.cs is None:  # unstructured tiled video: the untiled estimate, said so
         e = untiled()
         return Estimate(e.bytes, e.source, e.group, e.reason + "; tiled video has no dry-run structure: priced as "
                         "the untiled request, an upper bound", e.envelope_bytes, e.cast_bytes, e.floor_bytes,
-                        e.pixels, e.extrapolation)
+                        e.pixels, e.extrapolation, e.verified)
     if note == "whole":  # a tile is the whole image: the untiled request's estimate, scaled and said so
         e = untiled()
         ratio = env / e.envelope_bytes if e.envelope_bytes else 1.0
@@ -3101,7 +3124,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         return Estimate(total, e.source, e.group, f"a tile is the whole image (diffusers' loop runs it first, then "
                         f"crops of it): the untiled request's price x {ratio:.4f}, its tiles' dry-run peak over the "
                         f"whole image's (the outputs the blend keeps{math_tile}); the untiled request: {e.reason}", env,
-                        e.cast_bytes, e.floor_bytes, e.pixels, e.extrapolation)
+                        e.cast_bytes, e.floor_bytes, e.pixels, e.extrapolation, e.verified)
     pixels = int(width) * int(height) * int(batch) * int(frames)
     copy = plan.copy_at(int(width), int(height), 1 if plan.out is not None else int(batch), int(frames), tile)
     cast_note = ""
@@ -3182,11 +3205,11 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
             return Estimate(total, e1.source, e1.group, f"a batch of {int(batch)} at one sample's price, which it "
                             f"never needs less than (its line prices one sample by the most a convolution's call "
                             f"holds, a batch by its dry run and transient, here less): {e1.reason}", env,
-                            plan.cast_bytes, 0, pixels, e1.extrapolation)
+                            plan.cast_bytes, 0, pixels, e1.extrapolation, e1.verified)
         if note == "capped" and own is not None:  # its own untiled line bounds its own tiled one
             return Estimate(total, "measured", calib["calibration"], f"its own tiled line on this platform "
                             f"({own['n_points']} points) prices more: " + _capped_says(plan, live)
-                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled().extrapolation)
+                            + cast_note, env, plan.cast_bytes, 0, pixels, *capped())
         if own is not None:
             branch = ""
             m = plan.m
@@ -3233,11 +3256,11 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
             if dry > line["dry_bytes_max"]:
                 reason += f", {_times(dry / line['dry_bytes_max'])} beyond its largest measured dry-run peak"
             return Estimate(total, "measured", calib["calibration"], reason + hidden + cast_note, env,
-                            plan.cast_bytes, 0, pixels, dry / line["dry_bytes_max"])
+                            plan.cast_bytes, 0, pixels, dry / line["dry_bytes_max"], True)
         if note == "capped":  # its own untiled line bounds a transfer's tiles
             return Estimate(total, "transfer", calib["calibration"], f"{m['architecture']} not measured tiled here: "
                             + _capped_says(plan, live)
-                            + cast_note, env, plan.cast_bytes, 0, pixels, untiled().extrapolation)
+                            + cast_note, env, plan.cast_bytes, 0, pixels, *capped())
         agree = ("architectures agree" if calib["agree"] else "UNVERIFIED: one architecture measured"
                  if len(calib["architectures"]) < 2 else "UNVERIFIED: its architectures disagree")
         single, px = plan.arch_video and int(frames) == 1, int(width) * int(height)
@@ -3280,18 +3303,18 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if dry > chosen["dry_bytes_max"]:
             reason += f", {_times(dry / chosen['dry_bytes_max'])} beyond that line's largest measured dry-run peak"
         return Estimate(total, "transfer", calib["calibration"], reason + hidden + cast_note, env, plan.cast_bytes, 0,
-                        pixels, dry / chosen["dry_bytes_max"])
+                        pixels, dry / chosen["dry_bytes_max"], calib["agree"])
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")
         reason += note
         most = plan.pixel_line[3]  # type: ignore[index]
         return Estimate(total, "measured", plan.group["group"], reason + cast_note, env, plan.cast_bytes, floor,
-                        pixels, pixels / most if most else None)
+                        pixels, pixels / most if most else None, True)
     if note == "capped":  # the untiled price bounds the tiles' fallback
         return Estimate(total, "fallback", None, "platform not measured tiled: "
                         + _capped_says(plan, dry)
-                        + cast_note, env, plan.cast_bytes, floor, pixels, untiled().extrapolation)
+                        + cast_note, env, plan.cast_bytes, floor, pixels, *capped())
     scaled = env - copy  # the rule before the weight copy
     measured_untiled = tile is not None and plan.whole is not None and plan.whole.kind != "fallback"
     unmeasured = "platform not measured tiled" if measured_untiled else "platform not measured"

@@ -8,7 +8,6 @@ library and reads no file.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ def python_module(doc: dict[str, Any], source_name: str) -> str:
     if text.count(MARKER) != 1:
         raise VaememError("vaemem/estimate.py has no single _EMBEDDED line to replace: cannot export")
     body = _literal(public)
-    digest = hashlib.sha256(body.encode()).hexdigest()[:16]
+    digest = estimate.coefficients_sha256(public)  # what the module's coefficients_sha256() returns
     header = (f"# Exported by `vaemem export --python` (vaemem {__import__('vaemem').__version__}) from "
               f"{source_name}, coefficients sha256:{digest}.\n# Self-contained: the standard library only, no file "
               f"read. Regenerate it rather than edit it.\n")
