@@ -277,8 +277,16 @@ def test_largest_tile_prices_the_tiles_of_a_request_that_cannot_run_untiled():
                                                               tile=r["tile"], **GPU)
     with pytest.raises(ValueError, match="cannot run this"):
         est.working_memory_bytes("cogvideox", "decode", 1920, 1088, frames=49, **GPU)
+    assert r["tiled_refused"] is None
     whole = est.largest_tile("hunyuanimage-2.1", "encode", 1024, 1024, 40 * 2**30, **GPU)
     assert whole["untiled_fits"] and whole["priced"] == {} and whole["tile"] is None
+    assert "tiled_encode unpacks a 5-D shape" in whole["tiled_refused"]
+    # the CLI says why no tile is priced (it read "no tile fits (tiles priced, MiB: none smaller than the image")
+    res = runner.invoke(app, ["estimate", "-m", "hunyuanimage-2.1", "--op", "encode", "--res", "2048", "--dtype",
+                              "bf16", "--backend", "cudnn", "--allocator", "native", "--os", "linux", "--budget",
+                              "100"])
+    assert res.exit_code == 1 and "budget 100 MiB: untiled" in res.output
+    assert "does not fit; tiled refused: " in res.output and "tiles priced" not in res.output
     with pytest.raises(ValueError, match="width must be a positive integer"):
         est.largest_tile("flux1", "decode", -8, 1024, 2**30, **GPU)
     with pytest.raises(ValueError, match="width must be a positive integer"):
@@ -377,14 +385,15 @@ def test_a_budget_nothing_fits_exits_1_with_the_answer_printed(as_json):
     args = ["estimate", "-m", "flux1", "--op", "decode", "--res", "2048", "--dtype", "bf16", "--backend", "cudnn",
             "--allocator", "native", "--os", "linux"] + (["--json"] if as_json else [])
     small = min(est.largest_tile("flux1", "decode", 2048, 2048, 2**40, **GPU)["priced"].values()) / MIB
-    res = runner.invoke(app, args + ["--budget", f"{small * 0.99:.3f}"])
+    res = runner.invoke(app, args + ["--budget", str(math.floor(small * 0.99))])
     assert res.exit_code == 1, res.output
     if as_json:
         got = json.loads(res.output)["budget"]
+        assert got["budget_bytes"] == math.floor(small * 0.99) * MIB
         assert got["tile"] is None and not got["untiled_fits"]
     else:
         assert "no tile fits" in res.output and "does not fit" in res.output and "Traceback" not in res.output
-    assert runner.invoke(app, args + ["--budget", f"{small * 1.01:.3f}"]).exit_code == 0
+    assert runner.invoke(app, args + ["--budget", str(math.ceil(small * 1.01))]).exit_code == 0
     assert runner.invoke(app, args + ["--budget", "1000000"]).exit_code == 0  # untiled fits
 
 
@@ -779,9 +788,11 @@ def test_more_wrong_arguments_are_value_errors():
     assert est.detect_allocator("xpu", {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}) == "native"
 
 
-@pytest.mark.parametrize("budget,message", [("inf", "--budget must be a positive number of MiB"),
-                                            ("nan", "--budget must be a positive number of MiB"),
-                                            ("1e-9", "--budget must be at least one byte")])
+@pytest.mark.parametrize("budget,message", [("0", "--budget must be a positive number of MiB"),
+                                            ("-3", "--budget must be a positive number of MiB"),
+                                            ("inf", "'--budget': Input should be a valid integer"),
+                                            # whole MiB: a fraction printed rounded up read "4442 MiB fits" 4441.5
+                                            ("4441.5", "'--budget': Input should be a valid integer")])
 def test_estimate_budget_edge_cases_are_one_line(budget, message):
     res = runner.invoke(app, ["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp32",
                               "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux",
@@ -914,6 +925,10 @@ def test_an_estimate_says_how_far_past_its_measured_points_it_went():
                               "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux", "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["extrapolation"] == inside.extrapolation
     assert json.loads(res.output)["verified"] is inside.verified is True
+    doc = json.loads(res.output)  # versioned, and the request beside its price
+    assert doc["schema_version"] == 1 and doc["request"] == {
+        "model": "sd15", "op": "decode", "width": 512, "height": 512, "batch": 1, "frames": 1, "tile": None,
+        "dtype": "fp32", "loaded_dtype": None, "cast": "model", "slicing": False}
     res = runner.invoke(app, ["estimate", "-m", "sd15", "--op", "decode", "--res", "1024", "--dtype", "bf16",
                               "--backend", "onednn", "--allocator", "glibc-fixed", "--os", "linux"])
     assert res.exit_code == 0 and "just past its largest measured point" in res.output

@@ -62,6 +62,7 @@ def _err_line(result) -> str:
     (["diff", str(ROOT / "vaemem" / "coefficients.json"), str(ROOT / "vaemem" / "coefficients.json"), "--res", "513"],
      "neither file prices any group at 513: every cell is n/a"),
     (["trace", "--zoo", "-m", "sd15", "--res", "512"], "give it without --model, --res"),
+    (["trace", "--zoo"], "give --record FILE"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--timeout", "nan"],
      "--timeout must be a positive number of seconds"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "0x64"], "must be positive"),
@@ -271,12 +272,20 @@ def test_report_and_plot_refuse_measurements_of_a_model_the_file_does_not_price(
 def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("list.json").write_text("[1, 2]")
+    Path("nogroups.json").write_text('{"schema_version": 1}')
+    Path("newer.json").write_text('{"schema_version": 2, "groups": {}}')
     Path("afile").write_text("")
     shutil.copy(TINY, "m.jsonl")
     for args, message in [
         (["measure", "--sweep", "list.json", "--dry-run"], "not a sweep file"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "list.json"],
          "not an exceptions file"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "nogroups.json"],
+         "not an exceptions file"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "newer.json"],
+         "schema_version 2 is newer than this vaemem reads (1); upgrade vaemem"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "."],
+         "cannot read exceptions file .: Is a directory"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "exceptons.json"],
          "--exceptions exceptons.json: no such file (give --exceptions none for no exceptions)"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--traces", "no-such.json"],
@@ -337,7 +346,7 @@ GOOD_GRID = 'models = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\nres = ["
      "grid 1: batches must be a non-empty list of integers"),
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'tiles = [true]\n', "grid 1: tiles must be a non-empty list"),
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID.replace('"64"', '"64q"'), "grid 1: bad resolution"),
-    ('schema_version = 1\n[[grid]\n', "not valid toml"),
+    ('schema_version = 1\n[[grid]\n', "not valid TOML (a sweep file is TOML, named *.toml, or JSON)"),
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'slicing = ["yes"]\n', "grid 1: slicing must be a non-empty "
      "list of true/false"),
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'attention = ["flash"]\n', "choose one of: fused, math"),
@@ -376,6 +385,8 @@ def test_measure_then_resume_through_the_cli(tmp_path):
     assert [r["status"] for r in records] == ["ok", "ok"] and len(out.read_text().splitlines()) == 2
     again = runner.invoke(app, args[:-1])
     assert again.exit_code == 0 and "nothing to do" in again.output
+    again = runner.invoke(app, args)  # JSON on stdout, the message on stderr
+    assert again.exit_code == 0 and json.loads(again.stdout) == [] and "nothing to do" in again.stderr
     # a resume reads the whole folder: another output file there says where the runs are, not that they are in it
     other = runner.invoke(app, [*args[:-3], "--out", str(tmp_path / "other.jsonl")])
     assert other.exit_code == 0 and f"recorded for rig t in {tmp_path}/*.jsonl" in other.output.replace("\n", "")
@@ -431,6 +442,17 @@ def test_fit_refuses_a_group_over_the_bound_without_writing(tmp_path):
     result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
                                  "--exceptions", "none"])
     assert result.exit_code == 1 and "over bound: tiny-kl/decode" in result.output and not out.exists()
+    # the remedy names a file of the user's own, not "none" nor the project's file (which serves its data only)
+    own = ('list the group with a reason in a file of your own, {"schema_version": 1, "groups": {"GROUP ID": '
+           '"reason"}}, given as --exceptions FILE')
+    assert own in result.output
+    result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out)])
+    assert result.exit_code == 1 and own in result.output
+    mine = tmp_path / "exc.json"
+    mine.write_text(json.dumps({"schema_version": 1, "groups": {"unrelated/group": "x"}}))
+    result = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
+                                 "--exceptions", str(mine)])
+    assert result.exit_code == 2 and "exceptions name groups with no data: unrelated/group" in _err_line(result)
 
 
 def test_diff_estimate_report_and_plot(tmp_path):

@@ -157,7 +157,8 @@ def test_bench_conv3d_both_paths_in_fresh_processes(tmp_path):
     assert len(nat["all_calls_s"]) == 2 and nat["steady_s_per_chunk"] == nat["all_calls_s"][1]
     vs = dec["versus_native"]
     assert vs["all_finite"] and vs["rel_norm"] < 1e-5 and vs["scale_max_abs"] > 0
-    assert vs["speed_ratio"] > 0 and vs["peak_ratio"] > 0
+    assert vs["speed_ratio"] == round(nat["steady_s_per_chunk"] / dec["steady_s_per_chunk"], 4) > 0
+    assert vs["peak_ratio"] > 0 and vs["first_call_ratio"] > 0
     assert [json.loads(l)["path"] for l in out.read_text().splitlines()] == ["native", "decomposed"]
 
 
@@ -214,6 +215,18 @@ def test_apply_conv3d_gate_does_what_the_gate_says_and_undoes_it(name, hip, env,
     done = apply_conv3d_gate(model, _Torch(hip), env)
     done["undo"]()
     assert not any("_conv_forward" in m.__dict__ for m in model.modules())
+
+
+def test_the_speedup_is_the_steady_states_and_one_run_has_none():
+    """With --runs 1 there is no steady state: the speedup is not the warm-up call's ratio passed off as one."""
+    from vaemem.conv3d.bench import ratios
+
+    one = ratios({"first_call_s": 2.0, "steady_s_per_chunk": None, "demand_bytes": 10},
+                 {"first_call_s": 1.0, "steady_s_per_chunk": None, "demand_bytes": 25})
+    assert one == {"speed_ratio": None, "first_call_ratio": 2.0, "peak_ratio": 2.5}
+    steady = ratios({"first_call_s": 2.0, "steady_s_per_chunk": 0.9, "demand_bytes": 10},
+                    {"first_call_s": 1.0, "steady_s_per_chunk": 0.3, "demand_bytes": 10})
+    assert steady == {"speed_ratio": 3.0, "first_call_ratio": 2.0, "peak_ratio": 1.0}
 
 
 def test_bench_conv3d_auto_goes_through_the_gate(tmp_path, monkeypatch):

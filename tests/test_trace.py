@@ -322,6 +322,23 @@ def test_cli_trace_json_and_config_file(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["key"].startswith("config:sdxl/decode/")
 
 
+def test_a_config_key_its_class_does_not_take_is_said(tmp_path):
+    """diffusers ignores a key its class does not take and builds its default there: a misspelt ``base_dim`` traced
+    a full-size Wan. The dry run goes on (published configs carry such keys), and a warning names the key."""
+    good = get_spec("tiny-wan").config
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**{k: v for k, v in good.items() if k != "base_dim"}, "base_dims": good["base_dim"]}))
+    args = ["trace", "--config", str(cfg), "--op", "decode", "--res", "64", "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip() == (f"warning: {cfg}: diffusers' AutoencoderKLWan takes no base_dims: ignored, its "
+                                  f"defaults traced")
+    cfg.write_text(json.dumps(good))
+    right = CliRunner().invoke(app, args)
+    assert right.exit_code == 0 and right.stderr == ""
+    assert json.loads(res.stdout)["peak_bytes"] > 2 * json.loads(right.stdout)["peak_bytes"]
+
+
 def test_cli_trace_table_piped_keeps_every_cell_whole():
     """Piped (not a terminal), the table is printed at its natural width: the point key and the module whole."""
     res = CliRunner().invoke(app, ["trace", "-m", "tiny-wan", "--op", "decode", "--res", "64x48", "--frames", "5",
@@ -338,6 +355,8 @@ def test_cli_trace_in_parallel_processes_gives_the_same_dry_runs(tmp_path):
     assert one.exit_code == two.exit_code == 0, two.output
     strip = [[{k: v for k, v in d.items() if k != "wall_s"} for d in json.loads(r.stdout)] for r in (one, two)]
     assert strip[0] == strip[1] and len(strip[0]) == 4 and all(d["attention_peak_bytes"] > 0 for d in strip[0])
+    twice = CliRunner().invoke(app, args + ["--op", "decode", "--res", "64x64"])  # points given again: traced once
+    assert twice.exit_code == 0 and [d["key"] for d in json.loads(twice.stdout)] == [d["key"] for d in strip[0]]
     bad = CliRunner().invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64", "--res", "66",
                                    "--jobs", "2"])
     assert bad.exit_code == 2 and "multiples of 4" in bad.output and "Traceback" not in bad.output

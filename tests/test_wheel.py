@@ -63,6 +63,7 @@ def test_the_wheel_prices_from_its_packaged_file_without_torch(fresh):
 def test_the_console_script_names_the_extra_when_the_toolkit_is_missing(fresh):
     script = fresh.parent / ("vaemem.exe" if sys.platform == "win32" else "vaemem")
     res = subprocess.run([str(script), "--help"], capture_output=True, text=True)
-    assert res.returncode == 1 and "pip install 'vaemem[measure]'" in res.stderr and "Traceback" not in res.stderr
-    version = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=True)
-    assert version.stdout.strip() == f"vaemem {__import__('vaemem').__version__}"
+    assert res.returncode == 2 and "pip install 'vaemem[measure]'" in res.stderr and "Traceback" not in res.stderr
+    for command in ([str(script)], [str(fresh), "-m", "vaemem"]):  # python -m vaemem is the same entry
+        version = subprocess.run([*command, "--version"], capture_output=True, text=True, check=True)
+        assert version.stdout.strip() == f"vaemem {__import__('vaemem').__version__}"

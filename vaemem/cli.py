@@ -320,6 +320,9 @@ def trace(
                                           ("--dtype", dtype != "fp32")) if v]
             if given:
                 raise VaememError(f"--zoo runs the whole structure grid: give it without {', '.join(given)}")
+            if record_to is None:  # minutes of dry runs, printed only at the end: each kept as it ends instead
+                raise VaememError("--zoo runs the whole structure grid (minutes) and keeps each dry run as it ends: "
+                                  "give --record FILE (fits/traces.json, which `vaemem fit` reads; it resumes)")
             from vaemem.tracing.structure import zoo_grid
 
             specs = zoo_grid()
@@ -336,9 +339,11 @@ def trace(
                 name = "config:" + (model or (folder if config.stem == "config" and folder else config.stem))
             if not op or not res:
                 raise VaememError("a dry run needs at least one --op and one --res")
-            specs = [TraceSpec(name, o, dtype, *parse_res(r), b, f, t, overlap, attention, slicing, conv3d)
-                     for o in op for r in res for b in (batch or [1]) for f in (frames or [1])
-                     for t in (tile or [None])]
+            # a point given twice is traced once, as measure runs it once
+            specs = list(dict.fromkeys(TraceSpec(name, o, dtype, *parse_res(r), b, f, t, overlap, attention, slicing,
+                                                 conv3d)
+                                       for o in op for r in res for b in (batch or [1]) for f in (frames or [1])
+                                       for t in (tile or [None])))
             for s in specs:  # every point refused here, before torch is imported (seconds)
                 check(s, cfg)
         if record_to is not None and cfg is not None:
@@ -346,6 +351,14 @@ def trace(
         if jobs < 1:
             raise VaememError(f"--jobs must be 1 or more, got {jobs}")
         from vaemem.tracing import cache as tc  # imports torch
+
+        if cfg is not None:
+            from vaemem.models.build import ignored_config_keys
+
+            ignored = ignored_config_keys(cfg)
+            if ignored:  # the dry run is of diffusers' defaults there: say so where a typo would go unseen
+                typer.echo(f"warning: {config}: diffusers' {cfg['_class_name']} takes no {', '.join(ignored)}: "
+                           f"ignored, its defaults traced", err=True)
 
         doc = tc.read_cache(record_to) if record_to is not None and record_to.exists() else None
         done = {k for k, e in doc["entries"].items() if tc.complete(e)} if zoo and doc is not None else set()
@@ -459,8 +472,10 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         signal.signal(signal.SIGTERM, previous)
     if planned == [0]:
         # a resume reads every measurement file of the output's folder: the runs may be in another of them
-        console.print(f"nothing to do: all {_count(len(points), 'point')} x {_count(runs, 'run')} are already "
-                      f"recorded for rig {rig} in {out.parent}/*.jsonl (--force re-runs them into {out})")
+        typer.echo(f"nothing to do: all {_count(len(points), 'point')} x {_count(runs, 'run')} are already "
+                   f"recorded for rig {rig} in {out.parent}/*.jsonl (--force re-runs them into {out})", err=as_json)
+        if as_json:  # a script reads the new records: none
+            typer.echo("[]")
         return
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
@@ -488,7 +503,7 @@ def plan(
 ) -> None:
     """Choose the points that fix this platform's calibration within a time budget, from the dry runs: each
     kernel class's architectures at both ends of their range, a one-frame clip, tiles and batch where asked. Prints
-    the points with their predicted minutes and writes the plan that `vaemem measure --sweep` runs."""
+    the points with their predicted seconds and writes the plan that `vaemem measure --sweep` runs."""
     from vaemem.measuring import point as pt
     from vaemem.measuring.child.rig import rig_name as resolve_rig_name
     from vaemem.measuring.parent.runner import read_history
@@ -563,6 +578,7 @@ DEFAULT_COEFFICIENTS = packaged_coefficients()
 DEFAULT_EXCEPTIONS = default_path("fits/exceptions.json")
 DEFAULT_TRACES = default_path("fits/traces.json")
 REPORT_SCHEMA_VERSION = 1  # of `vaemem report --format json`
+ESTIMATE_SCHEMA_VERSION = 1  # of `vaemem estimate --json`
 # as --help shows them: a full path is cut at 80 columns
 SHOWN = {DEFAULT_MEASUREMENTS: "measurements/", DEFAULT_COEFFICIENTS: "the package's coefficients.json",
          DEFAULT_EXCEPTIONS: "fits/exceptions.json", DEFAULT_TRACES: "fits/traces.json"}
@@ -594,6 +610,7 @@ def fit(
     from vaemem.tracing import cache as tc
 
     try:
+        mine = [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]  # not the project's data
         # the file to write or check, before the half minute of fitting
         if not check_only:
             check_writable(out)
@@ -605,8 +622,7 @@ def fit(
         if len(points) < 2:  # refused now, not after deriving structures
             raise VaememError(f"nothing to fit in {_count(data.runs, 'run')} ({''.join(points) or 'no point'}: one "
                               f"measured point, and every line goes through two); {out} not written")
-        if (not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS
-                and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]):
+        if not check_only and not replace and out.resolve() == DEFAULT_COEFFICIENTS and mine:
             raise VaememError(f"--out is the packaged coefficient file {out}, the fit of all of "
                               f"{DEFAULT_MEASUREMENTS}; to replace it with the fit of "
                               f"{', '.join(map(str, measurements))} add --replace, or write elsewhere with --out")
@@ -628,7 +644,7 @@ def fit(
             raise VaememError(f"--exceptions {exceptions}: no such file (give --exceptions none for no exceptions)")
         else:
             reasons = co.load_exceptions(exceptions)
-        if exceptions == DEFAULT_EXCEPTIONS and [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]:
+        if exceptions == DEFAULT_EXCEPTIONS and mine:
             reasons = {g: r for g, r in reasons.items() if g in data.groups}  # the project's reasons for its own data
         result = co.fit_dataset(data, margin, reasons, cache)
         text = co.dumps(result.document)
@@ -638,8 +654,12 @@ def fit(
         if result.violations:
             for v in result.violations:
                 typer.echo(f"over bound: {v}", err=True)
+            # the project's file serves the project's data, not yours
+            where = ('a file of your own, {"schema_version": 1, "groups": {"GROUP ID": "reason"}}, given as '
+                     "--exceptions FILE" if str(exceptions) == "none" or mine and exceptions == DEFAULT_EXCEPTIONS
+                     else str(exceptions))
             raise VaememError(f"{_count(len(result.violations), 'point')} reserved more than {co.QUALITY_BOUND}x their "
-                              f"demand; fix the data or list the group in {exceptions} with a reason", 1)
+                              f"demand; fix the data or list the group with a reason in {where}", 1)
         doc = result.document
         if not doc["groups"] and not doc["calibrations"]:  # a file that would price nothing, layered silently
             why = "; ".join(f"{u['group']}: {u['reason']}" for u in doc["unfitted"][:3]) or "no successful run"
@@ -651,7 +671,6 @@ def fit(
                     typer.echo(f"differs: {d}", err=True)
                 # the fit that writes the file checked, with every option the check was given (a plain `vaemem
                 # fit` writes the packaged file from the default folder, whatever was checked)
-                mine = [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]
                 q = lambda v: shlex.quote(str(v))  # noqa: E731
                 again = " ".join(["vaemem fit", *(f"--measurements {q(m)}" for m in measurements if mine),
                                   *([f"--out {q(out)}"] if out.resolve() != DEFAULT_COEFFICIENTS else
@@ -844,7 +863,7 @@ def estimate_cmd(
                                             "backend, else fused"),
     slicing: bool = typer.Option(False, "--slicing", help="diffusers' enable_slicing: a batch run one sample at "
                                  "a time"),
-    budget: Optional[float] = typer.Option(None, help="MiB the app can reserve: also print the largest tile that "
+    budget: Optional[int] = typer.Option(None, help="whole MiB the app can reserve: also print the largest tile that "
                                            "fits (the spatial tile; a clip runs in time as its class does by "
                                            "default); exit status 1 where neither the request nor any tile fits"),
     coefficients: Optional[list[Path]] = typer.Option(None, help="coefficient file (default: the packaged one); "
@@ -867,11 +886,10 @@ def estimate_cmd(
                   frames=frames, cast=cast, attention=attention, slicing=slicing, coefficients=coef)
         fit = None
         if budget is not None:
-            if not math.isfinite(budget) or budget <= 0:
-                raise VaememError(f"--budget must be a positive number of MiB, got {budget:g}")
-            if budget * MIB < 1:
-                raise VaememError(f"--budget must be at least one byte, got {budget:g} MiB")
-            fit = est.largest_tile(model, op, w, h, int(budget * MIB), **kw)
+            # whole MiB: a price rounded up to MiB, as printed, fits exactly where its bytes do
+            if budget <= 0:
+                raise VaememError(f"--budget must be a positive number of MiB, got {budget}")
+            fit = est.largest_tile(model, op, w, h, budget * MIB, **kw)
         # where diffusers cannot run the request untiled, a budget still prices its tiles
         e = None if tile is None and fit is not None and fit["untiled_refused"] else \
             est.explain(model, op, w, h, tile=tile, **kw)
@@ -880,9 +898,14 @@ def estimate_cmd(
     except VaememError as err:
         _fail(err)
     if as_json:
-        typer.echo(json.dumps({**(e.to_dict() if e else {}), "platform": {"backend": backend, "allocator": allocator,
-                                                                           "os": os_, "attention": attention},
-                               **({"budget": fit} if fit is not None else {})}, indent=1, sort_keys=True))
+        # the request as priced beside the price, so a script that collects several can tell them apart
+        request = {"model": model, "op": op, "width": w, "height": h, "batch": batch, "frames": frames, "tile": tile,
+                   "dtype": dtype, "loaded_dtype": loaded_dtype, "cast": cast, "slicing": slicing}
+        typer.echo(json.dumps({"schema_version": ESTIMATE_SCHEMA_VERSION, **(e.to_dict() if e else {}),
+                               "request": request, "platform": {"backend": backend, "allocator": allocator,
+                                                                "os": os_, "attention": attention},
+                               **({"budget": {"budget_bytes": budget * MIB, **fit}} if fit is not None else {})},
+                              indent=1, sort_keys=True))
         _exit_unless_fits(fit)
         return
     # the request as priced, and the reservation rounded up (an app reading the text must not reserve less)
@@ -900,14 +923,15 @@ def estimate_cmd(
         typer.echo(f"  group {e.group or '-'}; envelope {math.ceil(e.envelope_bytes / MIB)} MiB, cast "
                    f"{e.cast_bytes / MIB:.0f} MiB{floor}, {e.pixels:,} pixels{past}")
     if fit is not None:
-        # rounded up as the reservation above: a price shown at the budget does not fit it where it is above it
+        # rounded up as the reservation above: a price shown at the (whole-MiB) budget fits it, one above does not
         up = lambda b: math.ceil(b / MIB)  # noqa: E731
         untiled = "untiled refused" if fit["untiled_bytes"] is None else \
             f"untiled {up(fit['untiled_bytes'])} MiB {'fits' if fit['untiled_fits'] else 'does not fit'}"
         tiles = ", ".join(f"{t}: {up(b)}" for t, b in fit["priced"].items()) or "none smaller than the image"
         best = (f"largest tile that fits: {fit['tile']} px ({up(fit['tile_bytes'])} MiB)" if fit["tile"]
                 else "no tile fits")
-        typer.echo(f"budget {budget:g} MiB: {untiled}; {best} (tiles priced, MiB: {tiles}; spatial tiling only)")
+        typer.echo(f"budget {budget} MiB: {untiled}; " + (f"tiled refused: {fit['tiled_refused']}"
+                   if fit["tiled_refused"] else f"{best} (tiles priced, MiB: {tiles}; spatial tiling only)"))
     _exit_unless_fits(fit)
 
 
@@ -1064,7 +1088,8 @@ def bench_conv3d(
     res: str = typer.Option("768x448", help="WIDTHxHEIGHT of the frames"),
     tiles: str = typer.Option("1x1", help="RxC: encode the frame as R x C spatial tiles"),
     dtype: str = typer.Option("fp32", help="fp32, fp16-autocast or bf16-autocast"),
-    runs: int = typer.Option(3, help="chunks per path: the first is warm-up, the rest give the steady state"),
+    runs: int = typer.Option(3, help="chunks per path: the first is warm-up, the rest give the steady state (and "
+                             "the speedup: with 1, the first call's ratio only)"),
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:N"),
     rig: Optional[str] = typer.Option(None, help="rig name (default <hostname>-<device type>)"),
     out: Optional[Path] = typer.Option(None, help="JSON Lines file (default measurements/conv3d/<rig>.jsonl)"),

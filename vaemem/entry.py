@@ -25,7 +25,7 @@ def main() -> None:
         sys.stderr.write(f"error: the vaemem command line needs its toolkit (missing: {', '.join(missing)}); "
                          f"install it with: pip install 'vaemem[measure]'. The estimator needs nothing: "
                          f"`import vaemem.estimate`\n")
-        sys.exit(1)
+        sys.exit(2)  # as every error the command line reports (1 is a check that failed)
     from vaemem.cli import main as cli_main
 
     cli_main()

@@ -3448,10 +3448,11 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
 
     ``budget_bytes``: an int or a float (``free * 0.9``), 0 or more.
 
-    Returns ``{"untiled_bytes", "untiled_fits", "untiled_refused", "tile" (None: none fits), "tile_bytes",
-    "priced": {tile: bytes}}``: where the request cannot run untiled (diffusers refuses it, as CogVideoX's decode
-    of a 1920x1088 x 49-frame clip) ``untiled_bytes`` is None and ``untiled_refused`` says why, and the tiles are
-    still priced; where the model cannot run tiled, ``priced`` is empty. ``priced`` holds the candidates that
+    Returns ``{"untiled_bytes", "untiled_fits", "untiled_refused", "tiled_refused", "tile" (None: none fits),
+    "tile_bytes", "priced": {tile: bytes}}``: where the request cannot run untiled (diffusers refuses it, as
+    CogVideoX's decode of a 1920x1088 x 49-frame clip) ``untiled_bytes`` is None and ``untiled_refused`` says why,
+    and the tiles are still priced; where the model cannot run tiled, ``priced`` is empty and ``tiled_refused``
+    says why. ``priced`` holds the candidates that
     could be priced, so an empty one with ``tile`` None says that no candidate applies, not that none fits.
     A request neither way can run raises :class:`Unrunnable` (a ValueError) with the untiled refusal; a bad
     argument or a platform vaemem will not price raises ValueError, as pricing does.
@@ -3478,10 +3479,12 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     try:
         plan = _plan(_doc(coefficients), model, op, dtype, loaded_dtype, backend, allocator, os, True, cast,
                      attention, slicing)  # refuses a model that cannot run tiled
-    except Unrunnable:
+    except Unrunnable as e:  # diffusers cannot run this model's op tiled: no tile is priced, and it says why
         if refused is not None:
             raise refused from None
-        tiles = []
+        tiles, tiled_refused = [], str(e)
+    else:
+        tiled_refused = None
     f = _doc(coefficients)["models"][model]["spatial_factor"] if tiles else 0
     best = None
     for t in tiles:
@@ -3497,8 +3500,8 @@ def largest_tile(model: str, op: str, width: int, height: int, budget_bytes: int
     if refused is not None and not priced:
         raise refused
     return {"untiled_bytes": untiled, "untiled_fits": untiled is not None and untiled <= budget,
-            "untiled_refused": None if refused is None else str(refused), "tile": best,
-            "tile_bytes": priced.get(best) if best is not None else None, "priced": priced}
+            "untiled_refused": None if refused is None else str(refused), "tiled_refused": tiled_refused,
+            "tile": best, "tile_bytes": priced.get(best) if best is not None else None, "priced": priced}
 
 
 # ---- the platform an app runs on (it hands in the torch it imported: the estimator never imports torch) ----------

@@ -147,7 +147,7 @@ def load_dataset(paths: list[str | Path], skip_bad: bool = False) -> Dataset:
         pd.runs += 1
         pd.sources.append(f"{path}:{no}")
     if n_ok == 0:
-        raise VaememError("no run with status ok in the measurements: nothing to fit")
+        raise VaememError("no run with status ok in the measurements: nothing to fit, report or plot")
     groups: dict[str, tuple[dict[str, Any], list[PointDemand]]] = {}
     for ident, pd in sorted(points.items()):
         gid = group_id(keys[ident]) + variant_suffix(pd.point)
@@ -166,14 +166,19 @@ def load_exceptions(path: Path | None) -> dict[str, str]:
         return {}
     try:
         data = json.loads(path.read_text())
+    except OSError as e:  # a directory, no permission
+        raise VaememError(f"cannot read exceptions file {path}: {e.strerror}") from None
     except ValueError as e:
         raise VaememError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or "groups" not in data:
         raise VaememError(f"{path}: not an exceptions file (a JSON object with schema_version and groups)")
-    if data.get("schema_version") != EXCEPTIONS_SCHEMA_VERSION:
-        raise VaememError(f"{path}: schema_version {data.get('schema_version')!r} is not "
-                          f"{EXCEPTIONS_SCHEMA_VERSION}, the one this vaemem reads")
-    groups = data.get("groups", {})
+    version = data.get("schema_version")
+    if version != EXCEPTIONS_SCHEMA_VERSION:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > EXCEPTIONS_SCHEMA_VERSION
+        raise VaememError(f"{path}: schema_version {version!r} is " + (
+            f"newer than this vaemem reads ({EXCEPTIONS_SCHEMA_VERSION}); upgrade vaemem" if newer else
+            f"not {EXCEPTIONS_SCHEMA_VERSION}, the one this vaemem reads"))
+    groups = data["groups"]
     if not isinstance(groups, dict):
         raise VaememError(f"{path}: groups must be an object of group id: reason")
     if not all(isinstance(v, str) and v.strip() for v in groups.values()):

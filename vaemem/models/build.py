@@ -107,6 +107,21 @@ def build_meta(spec: ModelSpec, op: str) -> nn.Module:
     return model
 
 
+def ignored_config_keys(cfg: dict) -> list[str]:
+    """The keys of a config its diffusers class does not take, sorted. diffusers ignores them (with a log line) and
+    builds its default there, so a misspelt ``base_dim`` traces a full-size model; published configs carry a few
+    from other diffusers versions (FLUX.2's ``force_upcast``, Wan 2.2's ``clip_output``), so this is said, not
+    refused."""
+    import inspect
+
+    import diffusers
+
+    params = inspect.signature(getattr(diffusers, cfg["_class_name"]).__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):  # the class takes any key
+        return []
+    return sorted(k for k in cfg if not k.startswith("_") and k not in params)
+
+
 def build_model(name: str | ModelSpec, op: str, device: str | torch.device, dtype: str,
                 seed: int | None = 0) -> nn.Module:
     """The zoo model ``name`` (or any spec) ready to run ``op`` on ``device`` in ``dtype`` (fp16|bf16|fp32),

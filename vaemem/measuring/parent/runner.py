@@ -79,7 +79,7 @@ def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, st
     result counts only from a child that exited 0; an OOM needs evidence (the allocator's out-of-memory error in
     the child's result, or the cgroup's OOM-kill count rising across the run); any other death is a crash."""
     if outcome.timed_out:
-        return "timeout", f"parent: no exit within {outcome.wall_s:.1f} s, killed"
+        return "timeout", f"parent: no exit within {outcome.wall_s:.3g} s, killed"
     result = outcome.result or {}
     if outcome.returncode == 0 and result.get("status") in STATUSES:
         status = result["status"]

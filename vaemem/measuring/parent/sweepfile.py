@@ -90,14 +90,15 @@ def _parse(path: Path) -> dict[str, Any]:
         raise VaememError(f"cannot read sweep file {path}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise VaememError(f"{path}: not UTF-8 text, not a sweep file (TOML or JSON)") from None
+    kind = "TOML" if path.suffix == ".toml" else "JSON"  # by its suffix: .toml is TOML, any other JSON
     try:
-        if path.suffix == ".toml":
+        if kind == "TOML":
             import tomllib
 
             return tomllib.loads(text)
         return json.loads(text)
     except ValueError as e:
-        raise VaememError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {e}") from None
+        raise VaememError(f"{path}: not valid {kind} (a sweep file is TOML, named *.toml, or JSON): {e}") from None
 
 
 def _check_grid(path: Path, i: int, g: Any) -> None:
