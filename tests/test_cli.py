@@ -325,6 +325,16 @@ def test_measure_refuses_to_append_to_a_file_of_a_newer_schema(tmp_path):
                                  "--rig", "t", "--out", str(out)])
     assert result.exit_code == 2 and "newer than this vaemem understands" in _err_line(result)
     assert out.read_text() == '{"schema_version": 2, "rig": {"name": "t"}}\n'  # untouched
+    # a neighbour of a newer schema is refused too: its runs, unread, would be measured again
+    mine = tmp_path / "mine.jsonl"
+    result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                                 "--rig", "t", "--out", str(mine), "--dry-run"])
+    assert result.exit_code == 2 and f"{out}:1: schema_version 2 is newer than this vaemem understands" in \
+        _err_line(result) and "upgrade vaemem, or move that file out of the folder" in _err_line(result)
+    out.write_text('{"schema_version": 1, "rig": {"na')  # a damaged neighbour still does not stop a sweep
+    result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                                 "--rig", "t", "--out", str(mine), "--dry-run"])
+    assert result.exit_code == 0 and not mine.exists(), result.output
 
 
 GOOD_GRID = 'models = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\nres = ["64"]\n'

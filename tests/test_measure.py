@@ -514,6 +514,54 @@ def test_a_sigkill_without_oom_evidence_is_a_crash_and_with_it_an_oom():
     assert classify(RunOutcome(dict(_OK), 0, False, "", 1.0, 1)) == ("ok", "child: result, exit 0")
     # a result from a child that then died is not trusted
     assert classify(RunOutcome(dict(_OK), -11, False, "", 1.0, 1))[0] == "crash"
+    # the kernel's OOM killer sends SIGKILL only: a segfault or an exit is no OOM, whatever the cgroup's count did
+    # (it counts every process of the cgroup: another device's child too)
+    assert classify(RunOutcome(None, -11, False, "", 1.0, 1), oom_kills=1)[0] == "crash"
+    assert classify(RunOutcome(None, 3, False, "", 1.0, 1), oom_kills=1) == (
+        "crash", "parent: child died (exit 3) with no OOM evidence")
+
+
+@pytest.mark.parametrize("result,evidence", [
+    ({"status": "timeout"}, "parent: child exited 0 without a usable result (it said 'timeout', which is the "
+                            "parent's to say)"),
+    ({"status": "dropped-late"}, "parent: child exited 0 without a usable result (it said 'dropped-late', which "
+                                 "is the parent's to say)"),
+    ({"status": "sing"}, "parent: child exited 0 without a usable result"),
+])
+def test_a_child_says_ok_oom_or_error_only(result, evidence):
+    """A status the parent gives (timeout, skipped-after-oom, dropped-late) is not the child's to claim."""
+    assert classify(RunOutcome(result, 0, False, "", 1.0, 1)) == ("crash", evidence)
+
+
+@pytest.mark.parametrize("demand", [None, -5, 2.5, True, 2**61])
+def test_an_ok_result_without_a_usable_demand_is_recorded_as_an_error(tmp_path, demand):
+    """Recorded as ok, it was a line every reader refuses: the next resume and fit stopped on it."""
+    rec = make_record(Task(_pts(64)[0], 0), RunOutcome({"status": "ok", "demand_bytes": demand}, 0, False, "", 1.0,
+                                                       1), rig="r", launcher="fork", timeout_s=30.0)
+    assert rec["status"] == "error" and rec["demand_bytes"] is None
+    assert rec["status_evidence"].startswith("parent: the child's result (exit 0) is unusable: ")
+    append_record(tmp_path / "m.jsonl", rec)
+    assert [r["status"] for _, _, r in iter_records([tmp_path / "m.jsonl"])] == ["error"]  # readable
+
+
+def test_the_parents_fields_win_over_a_childs_result_and_a_lost_child_says_why():
+    child = {**_OK, "model": "sdxl", "point_key": "x", "run": 7, "rig": {"name": "other", "cpu": "c"}}
+    rec = make_record(Task(_pts(64)[0], 0), RunOutcome(child, 0, False, "", 1.0, 1), rig="r", launcher="fork",
+                      timeout_s=30.0)
+    assert (rec["model"], rec["point_key"], rec["run"]) == ("tiny-kl", _pts(64)[0].key, 0)
+    assert rec["rig"]["name"] == "r" and rec["rig"]["cpu"] == "c" and rec["demand_bytes"] == 123
+    damaged = make_record(Task(_pts(64)[0], 0), RunOutcome({**_OK, "rig": "x"}, 0, False, "", 1.0, 1), rig="r",
+                          launcher="fork", timeout_s=30.0)
+    assert damaged["status"] == "ok" and damaged["rig"]["name"] == "r"
+    lost = RunOutcome(None, None, False, "", 1.0, 1, "the fork helper died during the run, and the parent killed "
+                                                    "the child's group")
+    assert classify(lost) == ("crash", f"parent: {lost.lost}")
+
+
+def test_a_python_memory_error_is_an_oom():
+    from vaemem.measuring.child.worker import _is_oom
+
+    assert _is_oom(MemoryError()) and not _is_oom(ValueError("shape"))
 
 
 @pytest.mark.portable
@@ -754,7 +802,9 @@ def test_when_the_helper_dies_its_running_child_is_killed_too(tmp_path):
     assert _alive(seen) == []  # the child was killed with its group, not orphaned
 
 
-def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path):
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up")])
+def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, sig, code, said):
+    """SIGTERM, or SIGHUP (a closed terminal, a dropped ssh session): every child killed, every file removed."""
     import subprocess
     import sys
 
@@ -772,11 +822,49 @@ def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path):
         workers = _grandchildren(proc.pid)
     assert workers, "the run never started"
     everything = [proc.pid, *descendants(proc.pid)]
-    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and "terminated: 0 runs kept" in err
+    assert proc.returncode == code and f"{said}: 0 runs kept" in err
     time.sleep(0.5)
     assert _alive(everything) == [] and [p.name for p in tmp.iterdir() if p.name.startswith("vaemem")] == []
+
+
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+def test_a_sweep_killed_outright_leaves_no_process(tmp_path, launcher):
+    """SIGKILL gives the sweep no chance to clean up: its fork helper and the running child (spawned or forked)
+    die with it (the parent-death signal), instead of holding memory, or a GPU, while the user re-runs."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "vaemem.cli", "measure", "-m", "sd15", "--op", "decode",
+                             "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--launcher", launcher,
+                             "--out", str(tmp_path / "m.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    running: list[int] = []
+    while time.monotonic() < deadline and not running:
+        time.sleep(0.2)
+        running = _grandchildren(proc.pid) if launcher == "fork" else descendants(proc.pid)
+    assert running, "the run never started"
+    time.sleep(1.0)  # the worker past its own start
+    everything = descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(everything):
+        time.sleep(0.2)
+    assert everything and _alive(everything) == []
+
+
+def test_a_helper_that_cannot_start_is_one_line_naming_its_last_words(tmp_path):
+    from vaemem.measuring.plumbing.launcher import _Helper
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "torch.py").write_text('raise ImportError("torch is broken here")\n')
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with pytest.raises(VaememError) as err:
+        _Helper(env, tmp_path / "helper.log")
+    assert str(err.value) == "the fork helper did not start: ImportError: torch is broken here"
 
 
 def test_the_worker_runs_task_kinds_from_a_table_and_refuses_others(tmp_path):

@@ -2,4 +2,5 @@
 
 from vaemem.entry import main
 
-main()
+if __name__ == "__main__":  # importing it (a check of every module) runs nothing
+    main()

@@ -420,10 +420,15 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     import signal
 
     class Terminated(KeyboardInterrupt):
-        """SIGTERM, raised where the sweep is, so the launcher kills every child group and removes its files."""
+        """SIGTERM (or SIGHUP: the terminal closed, the ssh session dropped), raised where the sweep is, so the
+        launcher kills every child group and removes its files."""
+
+        def __init__(self, signum: int) -> None:
+            super().__init__()
+            self.signum = signum
 
     def on_term(signum: int, frame: Any) -> None:
-        raise Terminated()
+        raise Terminated(signum)
 
     def lines(path: Path) -> int:
         """The records in ``path`` (each append is one whole line or nothing)."""
@@ -433,7 +438,9 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         except FileNotFoundError:
             return 0
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # SIGHUP where the platform has it (not Windows)
+    caught = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig is not None]
+    previous = {sig: signal.signal(sig, on_term) for sig in caught}
     console = _console()
     records: list[dict] = []
     start = lines(out)
@@ -462,14 +469,16 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         finally:
             bar.stop()
     except KeyboardInterrupt as stop:
-        how = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        how = ("interrupted" if not isinstance(stop, Terminated) else "terminated" if stop.signum == signal.SIGTERM
+               else "hung up")
         # the file's count: an interrupt can land between a record's append and the callback that counts it
         typer.echo(f"{how}: {_count(lines(out) - start, 'run')} kept in {out}", err=True)
-        raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
+        raise typer.Exit(128 + stop.signum if isinstance(stop, Terminated) else 130) from None
     except VaememError as e:  # e.g. a full disk: the sweep stops, and says what it kept
         raise VaememError(f"{e}; the sweep stopped, {_count(len(records), 'run')} kept in {out}", e.exit_code) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if planned == [0]:
         # a resume reads every measurement file of the output's folder: the runs may be in another of them
         typer.echo(f"nothing to do: all {_count(len(points), 'point')} x {_count(runs, 'run')} are already "

@@ -29,8 +29,10 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory
 
 
 def _is_oom(e: BaseException) -> bool:
-    """The allocator's own out-of-memory error (torch.OutOfMemoryError, or its message on the CPU)."""
-    return type(e).__name__ == "OutOfMemoryError" or any(m in str(e).lower() for m in OOM_MARKERS)
+    """The allocator's own out-of-memory error (torch.OutOfMemoryError, Python's MemoryError, or its message on
+    the CPU)."""
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" \
+        or any(m in str(e).lower() for m in OOM_MARKERS)
 
 
 def _one_line(e: BaseException) -> str:
@@ -176,4 +178,7 @@ if __name__ == "__main__":
     _started = time.perf_counter()
     if len(sys.argv) != 3:
         sys.exit("usage: python -m vaemem.measuring.child.worker TASK_JSON RESULT_PATH")
+    from vaemem.measuring.plumbing.forkserver import die_with_parent
+
+    die_with_parent()  # spawned: a sweep killed outright must not leave it holding memory or a device
     run(sys.argv[1], sys.argv[2], _started)

@@ -26,8 +26,8 @@ from vaemem.measuring.plumbing.allocators import late_env, startup_env
 from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome, make_launcher
 from vaemem.measuring.point import Point
 from vaemem.measuring.child.rig import os_name
-from vaemem.measuring.parent.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, expand_paths,
-                                    iter_records)
+from vaemem.measuring.parent.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, demand_error,
+                                           expand_paths, iter_records)
 
 
 
@@ -74,19 +74,32 @@ def oom_kill_count(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/
     return None
 
 
+CHILD_STATUSES = ("ok", "oom", "error")  # what a child may say of its own run: the others are the parent's
+
+
 def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, str]:
     """(status, evidence) of a run. The parent's view wins: a timeout is a timeout whatever the child wrote; a
-    result counts only from a child that exited 0; an OOM needs evidence (the allocator's out-of-memory error in
-    the child's result, or the cgroup's OOM-kill count rising across the run); any other death is a crash."""
+    result counts only from a child that exited 0, and says only ok, oom or error (an ok one with a usable
+    demand); an OOM needs evidence (the allocator's out-of-memory error in the child's result, or the cgroup's
+    OOM-kill count rising across a run the kernel SIGKILLed, as its OOM killer does); a child the parent lost
+    (its fork helper died) or any other death is a crash."""
     if outcome.timed_out:
         return "timeout", f"parent: no exit within {outcome.wall_s:.3g} s, killed"
     result = outcome.result or {}
-    if outcome.returncode == 0 and result.get("status") in STATUSES:
-        status = result["status"]
+    said = result.get("status")
+    if outcome.returncode == 0 and said in CHILD_STATUSES:
+        unusable = demand_error(result.get("demand_bytes")) if said == "ok" else None
+        if unusable:  # recorded as ok it would be a line every reader refuses
+            return "error", f"parent: the child's result (exit 0) is unusable: {unusable}"
         evidence = {"oom": "child: the allocator's out-of-memory error", "ok": "child: result, exit 0"}
-        return status, evidence.get(status, f"child: {status}, exit 0")
-    if oom_kills:
+        return said, evidence.get(said, f"child: {said}, exit 0")
+    if outcome.lost:
+        return "crash", f"parent: {outcome.lost}"
+    if oom_kills and outcome.returncode == -signal.SIGKILL:  # the count is the cgroup's: other processes' too
         return "oom", f"kernel: cgroup oom_kill count rose by {oom_kills} during the run"
+    if outcome.returncode == 0:
+        return "crash", "parent: child exited 0 without a usable result" + (
+            f" (it said {said!r}, which is the parent's to say)" if said in STATUSES else "")
     how = f"signal {-outcome.returncode}" if outcome.returncode and outcome.returncode < 0 else \
         f"exit {outcome.returncode}"
     return "crash", f"parent: child died ({how}) with no OOM evidence"
@@ -100,6 +113,8 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
     p = task.point
     result = dict(outcome.result or {}) if outcome else {}
     machine = result.pop("rig", {})
+    if not isinstance(machine, dict):  # a child's damaged result: the parent's fields stand
+        machine = {}
     result.pop("status", None)
     if status is None:
         status, evidence = classify(outcome, oom_kills)  # type: ignore[arg-type]
@@ -107,22 +122,23 @@ def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: s
         evidence = "parent: " + status + (f" ({evidence})" if evidence else "")
     if status != "ok":
         result["demand_bytes"] = None
+    demand = result.pop("demand_bytes", None)
     record: dict[str, Any] = {
+        **result,  # the child's own fields (timings, readings, error): never one the parent sets below
         "schema_version": SCHEMA_VERSION,
         **p.to_dict(),
         "point_key": p.key,
         "pixels": p.pixels,
         "run": task.run,
         "status": status,
-        "rig": {"name": rig, "os": os_name(), **machine,
+        "rig": {"os": os_name(), **machine, "name": rig,
                 "allocator_env_set": {**startup_env(p.allocator), **late_env(p.allocator)}},
         "launcher": launcher,
         "timeout_s": timeout_s,
         "vaemem_version": __version__,
         "git_commit": commit,
         "utc_time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "demand_bytes": result.pop("demand_bytes", None),
-        **result,
+        "demand_bytes": demand,
         "status_evidence": evidence,
     }
     if outcome is not None:
@@ -140,11 +156,18 @@ MIN_RUNS_TO_RESCALE = 3  # a plan trusts its finished runs' pace over the cost m
 def read_history(out: Path) -> list[dict[str, Any]]:
     """Every record of ``out`` and of the other ``*.jsonl`` beside it (the shards of a sweep write files of their
     own): what a sweep resumes from and predicts its time with. ``out``, the file appended to, is read strictly;
-    a broken neighbour does not stop a sweep."""
+    a damaged line of a neighbour does not stop a sweep, but one of a newer schema does (its runs, unread, would
+    be measured again)."""
     others = sorted(set(expand_paths([out.parent])) - {out}) if out.parent.is_dir() else []
     records = [r for _, _, r in iter_records([out])] if out.exists() else []
+    bad: list = []
+    beside = [r for _, _, r in iter_records(others, skip_bad=True, bad=bad)]
+    newer = next((b for b in bad if b.newer), None)
+    if newer is not None:
+        raise VaememError(f"{newer}; a sweep resumes from every file of {out.parent}: upgrade vaemem, or move that "
+                          f"file out of the folder")
     # measurement lines only: bench-conv3d's results (a ``kind`` of their own) may share the folder
-    return [r for r in records + [r for _, _, r in iter_records(others, skip_bad=True)] if "point_key" in r]
+    return [r for r in records + beside if "point_key" in r]
 
 
 def recorded_runs(out: Path, rig: str, retry_failed: bool = False,

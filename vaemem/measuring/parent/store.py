@@ -111,6 +111,7 @@ class BadLine:
     path: Path
     line: int
     reason: str
+    newer: bool = False  # a line of a newer schema: whole, for a newer vaemem to read
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.reason}"
@@ -121,6 +122,16 @@ _POSITIVE = ("width", "height", "batch", "frames")
 
 
 MAX_DEMAND_BYTES = 2**60  # no rig holds an exbibyte: a larger demand is a damaged line
+
+
+def demand_error(demand: object) -> str | None:
+    """Why ``demand`` cannot be an ok run's ``demand_bytes`` (a non-negative integer of bytes, at most
+    :data:`MAX_DEMAND_BYTES`), or None."""
+    if not isinstance(demand, int) or isinstance(demand, bool) or demand < 0:
+        return f"an ok run needs a non-negative integer demand_bytes, got {demand!r}"
+    if demand > MAX_DEMAND_BYTES:
+        return f"demand_bytes {demand} is above an exbibyte: no machine measured it"
+    return None
 
 
 def _check(record: Any) -> str | None:
@@ -146,11 +157,8 @@ def _check(record: Any) -> str | None:
             return f"{name} missing or not a {'non-negative' if name == 'run' else 'positive'} integer: {v!r}"
     if record.get("status") not in STATUSES:
         return f"status {record.get('status')!r} is not one of {', '.join(STATUSES)}"
-    demand = record.get("demand_bytes")
-    if record["status"] == "ok" and (not isinstance(demand, int) or isinstance(demand, bool) or demand < 0):
-        return f"an ok run needs a non-negative integer demand_bytes, got {demand!r}"
-    if record["status"] == "ok" and demand > MAX_DEMAND_BYTES:
-        return f"demand_bytes {demand} is above an exbibyte: no machine measured it"
+    if record["status"] == "ok" and demand_error(record.get("demand_bytes")):
+        return demand_error(record.get("demand_bytes"))
     if not isinstance(record.get("rig"), dict) or not isinstance(record["rig"].get("name"), str):
         return "rig.name missing"
     return None
@@ -172,13 +180,15 @@ def iter_records(paths: Iterable[str | Path], skip_bad: bool = False,
         for no, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
-            reason = None
+            reason, newer = None, False
             if no == len(lines):  # text after the last newline: a line cut off mid-write
                 reason = "truncated line (no newline at end)"
             else:
                 try:
                     record = json.loads(raw)
                     reason = _check(record)
+                    version = record.get("schema_version") if isinstance(record, dict) else None
+                    newer = isinstance(version, int) and version > SCHEMA_VERSION
                 except UnicodeDecodeError:  # a ValueError without .msg: binary bytes, not a measurement file
                     reason = "not UTF-8 text (a binary file?)"
                 except ValueError as e:
@@ -188,7 +198,7 @@ def iter_records(paths: Iterable[str | Path], skip_bad: bool = False,
                     raise VaememError(f"{p}:{no}: {reason}; delete or repair that line (fit, report and plot can "
                                       f"skip it with --skip-bad)")
                 if bad is not None:
-                    bad.append(BadLine(p, no, reason))
+                    bad.append(BadLine(p, no, reason, newer))
                 continue
             yield p, no, record
 

@@ -17,22 +17,37 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 
 
 _CHANNEL = None
+_CHILD: int | None = None  # the child running now, the leader of its process group
 
 
-def _die_with_parent() -> None:
-    """Linux: the child is SIGKILLed if the helper dies before the parent learns its pid (PR_SET_PDEATHSIG)."""
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Linux: this process gets ``sig`` when its parent dies (PR_SET_PDEATHSIG), and at once where the parent died
+    before the call; elsewhere nothing (the parent's own kill still reaches it)."""
+    parent = os.getppid()
     try:
         import ctypes
-        import signal
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != parent:  # reparented before the call took effect
+        os.kill(os.getpid(), sig)
+
+
+def _parent_died(signum: int, frame: object) -> None:
+    """The sweep's process died (SIGKILL leaves it no chance to clean up): kill the running child's group, and go."""
+    if _CHILD is not None:
+        try:
+            os.killpg(_CHILD, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)
 
 
 def _send(message: dict) -> None:
@@ -41,7 +56,10 @@ def _send(message: dict) -> None:
 
 
 def main() -> None:
-    global _CHANNEL
+    global _CHANNEL, _CHILD
+    # a sweep killed outright must not leave this helper, nor the child it runs, holding memory or a device
+    signal.signal(signal.SIGTERM, _parent_died)
+    die_with_parent(signal.SIGTERM)
     _CHANNEL = os.fdopen(int(sys.argv[1]), "w")
     import torch  # noqa: F401
     import diffusers
@@ -60,8 +78,9 @@ def main() -> None:
         if pid == 0:
             code = 0
             try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the helper's handler is not the child's
                 os.setpgid(0, 0)  # a group of its own: the parent kills the child and all it started
-                _die_with_parent()
+                die_with_parent()  # SIGKILLed if the helper dies (its parent died, or it was killed)
                 _CHANNEL.close()  # the child never writes into the protocol
                 fd = os.open(req["stderr_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(fd, 1)  # the child must never write into the protocol pipe
@@ -77,8 +96,10 @@ def main() -> None:
             os.setpgid(pid, pid)  # also from this side: no race with the parent's kill
         except OSError:
             pass
+        _CHILD = pid
         _send({"id": req["id"], "pid": pid})
         _, status = os.waitpid(pid, 0)
+        _CHILD = None
         _send({"id": req["id"], "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
 

@@ -50,6 +50,7 @@ class RunOutcome:
     stderr_tail: str
     wall_s: float
     pid: int | None
+    lost: str | None = None  # why the parent lost sight of the child (its fork helper died), where it did
 
 
 def _tail(path: Path) -> str:
@@ -177,9 +178,14 @@ class _Helper:
             ready = self.reader.readline(timeout_s=300)
         except EOFError:
             ready = None
+        except BaseException:  # Ctrl-C or SIGTERM while it imports: no launcher holds it yet to kill it
+            self.close()
+            raise
         if not ready or ready.get("ready") is not True:
             self.close()
-            raise VaememError(f"the fork helper did not start: {_tail(log_path)[-300:].strip() or 'no output'}")
+            # its log's last line (an import's error): one line, as every error vaemem reports
+            last = [line.strip() for line in _tail(log_path).splitlines() if line.strip()]
+            raise VaememError(f"the fork helper did not start: {last[-1][-300:] if last else 'no output'}")
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -230,6 +236,7 @@ class ForkLauncher(Launcher):
         rid = self._next_id
         timed_out = False
         pid = None
+        lost = None
         try:
             try:
                 helper.send({"id": rid, "task": json.dumps(task), "result_path": str(result_path),
@@ -251,12 +258,15 @@ class ForkLauncher(Launcher):
             kill_group(self._child)
             helper.close()
             pid, rc = self._child, None
+            lost = ("the fork helper died before the child started" if pid is None else
+                    "the fork helper died during the run, and the parent killed the child's group")
         except BaseException:
             self.close()
             raise
         finally:
             self._child = None
-        return RunOutcome(_read_result(result_path), rc, timed_out, _tail(err_path), time.perf_counter() - t0, pid)
+        return RunOutcome(_read_result(result_path), rc, timed_out, _tail(err_path), time.perf_counter() - t0, pid,
+                          lost)
 
     @staticmethod
     def _answer(helper: _Helper, rid: int, timeout_s: float, deadline: float | None = None) -> dict[str, Any] | None:
