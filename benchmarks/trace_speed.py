@@ -3,7 +3,7 @@ whole structure grid of every real architecture (what ``fits/traces.json`` holds
 
     python benchmarks/trace_speed.py              # a few points, about a minute
     python benchmarks/trace_speed.py --zoo        # every dry run of the zoo grid into a temporary cache
-    python benchmarks/trace_speed.py --zoo -j 2   # the same in two processes (vaemem trace --zoo --jobs 2)
+    python benchmarks/trace_speed.py --zoo -j 2   # the same in two processes (vaemem trace --zoo --record FILE --jobs 2)
 
 Goals (issue 10): at most 2 s per untiled image point, 10 s per video or tiled point, the zoo grid in under
 10 minutes, on this 2-core machine. Timings are wall time of one process; on a shared machine they are upper

@@ -1,10 +1,10 @@
 """A pytest plugin that runs tests as a Windows Python would see this machine: ``pytest -p posix_hidden``.
 
 It hides what Windows lacks (``fcntl``, ``resource``, ``termios``, ``pty``, ``grp``, ``pwd``; ``os.fork``,
-``os.killpg``, ``os.setsid``, ``os.setpgid``, ``os.getpgid``), says ``sys.platform == "win32"`` while a test body runs, so vaemem takes its
-Windows paths (the ``msvcrt`` file lock, the spawn launcher), and provides ``msvcrt.locking`` with Windows'
-semantics (a byte range from the current position; unlocked explicitly) on top of POSIX record locks. torch and
-diffusers are imported first, with the real platform: what is tested is vaemem's code, not theirs. The measuring
+``os.killpg``, ``os.setsid``, ``os.setpgid``, ``os.getpgid``; ``signal.SIGHUP``), says
+``sys.platform == "win32"`` while a test body runs, so vaemem takes its Windows paths (the ``msvcrt`` file lock,
+the spawn launcher), and provides ``msvcrt.locking`` with Windows' semantics (a byte range from the current
+position; unlocked explicitly) on top of POSIX record locks. torch and diffusers are imported first, with the real platform: what is tested is vaemem's code, not theirs. The measuring
 children are real Linux interpreters: only the parent's side runs hidden.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.abc
 import os
+import signal
 import sys
 import types
 
@@ -23,6 +24,7 @@ import pytest
 
 HIDDEN_MODULES = frozenset({"fcntl", "resource", "termios", "pty", "grp", "pwd"})
 HIDDEN_OS = ("fork", "forkpty", "killpg", "setsid", "setpgid", "getpgid")
+HIDDEN_SIGNALS = ("SIGHUP",)  # (SIGKILL stays: this process's own subprocess module is POSIX's, and kills with it)
 
 
 class _Hide(importlib.abc.MetaPathFinder):
@@ -58,6 +60,9 @@ sys.meta_path.insert(0, _Hide())
 for _name in HIDDEN_OS:
     if hasattr(os, _name):
         delattr(os, _name)
+for _name in HIDDEN_SIGNALS:
+    if hasattr(signal, _name):
+        delattr(signal, _name)
 sys.modules["msvcrt"] = _fake_msvcrt()
 _REAL_PLATFORM = sys.platform
 os.environ["VAEMEM_POSIX_HIDDEN"] = "1"  # tests/test_portable.py checks the hiding took
@@ -74,5 +79,6 @@ def pytest_runtest_call(item):
 
 
 def pytest_report_header(config):
-    return "posix_hidden: fcntl, resource, termios, pty, grp, pwd and os.fork/killpg/setsid/setpgid hidden; " \
+    return "posix_hidden: fcntl, resource, termios, pty, grp, pwd, os.fork/killpg/setsid/setpgid and " \
+           "signal.SIGHUP hidden; " \
            "sys.platform = win32"

@@ -274,6 +274,7 @@ def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, 
     Path("list.json").write_text("[1, 2]")
     Path("nogroups.json").write_text('{"schema_version": 1}')
     Path("newer.json").write_text('{"schema_version": 2, "groups": {}}')
+    Path("newer2.json").write_text('{"schema_version": 2, "reasons": {}}')
     Path("afile").write_text("")
     shutil.copy(TINY, "m.jsonl")
     for args, message in [
@@ -284,6 +285,8 @@ def test_files_of_the_wrong_shape_and_unwritable_outputs_are_one_line(tmp_path, 
          "not an exceptions file"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "newer.json"],
          "schema_version 2 is newer than this vaemem reads (1); upgrade vaemem"),
+        (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "newer2.json"],
+         "schema_version 2 is newer than this vaemem reads (1); upgrade vaemem"),  # its groups held otherwise
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "."],
          "cannot read exceptions file .: Is a directory"),
         (["fit", "--measurements", "m.jsonl", "--out", "c.json", "--exceptions", "exceptons.json"],

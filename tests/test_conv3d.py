@@ -229,6 +229,31 @@ def test_the_speedup_is_the_steady_states_and_one_run_has_none():
     assert steady == {"speed_ratio": 3.0, "first_call_ratio": 2.0, "peak_ratio": 1.0}
 
 
+def test_a_bench_run_is_classified_by_the_parent(tmp_path, monkeypatch):
+    """Its status is the parent's view, as a measurement's: a crash was stored as a ["crash", evidence] pair, and a
+    child's own result overrode the parent's fields."""
+    from vaemem.conv3d import bench as b
+    from vaemem.measuring.plumbing import launcher as lm
+    from vaemem.measuring.plumbing.launcher import RunOutcome
+
+    class Fake(lm.Launcher):
+        name = "fake"
+
+        def __init__(self, outcomes):
+            self.outcomes = outcomes
+
+        def run(self, task, allocator, timeout_s):
+            return self.outcomes.pop(0)
+
+    crashed = Fake([RunOutcome(None, -11, False, "Segmentation fault", 1.0, 1),
+                    RunOutcome({"status": "timeout", "model": "other", "rig": {"name": "x"}}, 0, False, "", 1.0, 1)])
+    monkeypatch.setattr(lm, "make_launcher", lambda name: crashed)
+    nat, dec = b.bench("tiny-wan", "both", frames=5, width=64, height=32, runs=1, rig="t")
+    assert (nat["status"], nat["status_evidence"]) == ("crash", "parent: child died (signal 11) with no OOM evidence")
+    assert dec["status"] == "crash" and "which is the parent's to say" in dec["status_evidence"]
+    assert (dec["model"], dec["rig"]["name"]) == ("tiny-wan", "t") and "versus_native" not in dec
+
+
 def test_bench_conv3d_auto_goes_through_the_gate(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -223,7 +223,7 @@ def test_verified_says_what_the_reason_says_on_the_committed_file():
     transfer is exactly where its reason does not say UNVERIFIED (both come from the calibration's ``agree``)."""
     doc = est.load(None)
     platforms = sorted({(c["conv_backend"], c["allocator"], c["dtype"], c["os"]) for c in doc["calibrations"]})
-    seen = {"measured": 0, "transfer": 0, "fallback": 0, "unverified": 0}
+    seen = {"measured": 0, "transfer": 0, "fallback": 0, "unverified": 0, "agreed": 0}
     for model, m in sorted(doc["models"].items()):
         if model.startswith("tiny-"):
             continue
@@ -239,7 +239,13 @@ def test_verified_says_what_the_reason_says_on_the_committed_file():
                                                                  "UNVERIFIED" not in e.reason)), (model, e)
                 seen[e.source] += 1
                 seen["unverified"] += e.source == "transfer" and not e.verified
+                seen["agreed"] += e.source == "transfer" and e.verified  # e.g. CogVideoX's bf16 decode on oneDNN
     assert all(seen.values()), seen  # every case met
+    # a tiled transfer its own untiled line prices is vouched for by that line, whatever the class's agreement
+    own = est.explain("flux2", "decode", 1024, 1024, tile=512, dtype="bf16", backend="onednn",
+                      allocator="glibc-fixed", os="linux")
+    assert own.source == "transfer" and "its own untiled line on this platform" in own.reason
+    assert "UNVERIFIED" in own.reason and own.verified is True
 
 
 def test_fallback_scales_the_legacy_rule_by_the_dry_run_ratio_to_the_sd_family():

@@ -519,6 +519,10 @@ def test_a_sigkill_without_oom_evidence_is_a_crash_and_with_it_an_oom():
     assert classify(RunOutcome(None, -11, False, "", 1.0, 1), oom_kills=1)[0] == "crash"
     assert classify(RunOutcome(None, 3, False, "", 1.0, 1), oom_kills=1) == (
         "crash", "parent: child died (exit 3) with no OOM evidence")
+    # a timeout's seconds, readable at both ends
+    for wall, said in ((0.0123, "0.012"), (5.25, "5.2"), (3600.0, "3600.0")):
+        assert classify(RunOutcome(None, -9, True, "", wall, 1)) == ("timeout", f"parent: no exit within {said} s, "
+                                                                                 f"killed")
 
 
 @pytest.mark.parametrize("result,evidence", [
@@ -802,7 +806,8 @@ def test_when_the_helper_dies_its_running_child_is_killed_too(tmp_path):
     assert _alive(seen) == []  # the child was killed with its group, not orphaned
 
 
-@pytest.mark.parametrize("sig,code,said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up")])
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGTERM, 143, "terminated"),  # (posix_hidden hides SIGHUP)
+                                            (getattr(signal, "SIGHUP", 1), 129, "hung up")])
 def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, sig, code, said):
     """SIGTERM, or SIGHUP (a closed terminal, a dropped ssh session): every child killed, every file removed."""
     import subprocess
@@ -865,6 +870,27 @@ def test_a_helper_that_cannot_start_is_one_line_naming_its_last_words(tmp_path):
     with pytest.raises(VaememError) as err:
         _Helper(env, tmp_path / "helper.log")
     assert str(err.value) == "the fork helper did not start: ImportError: torch is broken here"
+
+
+def test_a_sweep_under_nohup_outlives_a_hang_up(tmp_path):
+    """`nohup vaemem measure` ignores SIGHUP before the sweep starts: the sweep keeps it ignored, and runs on."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "vaemem.cli", "measure", "-m", "sd15", "--op", "decode",
+                             "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--out",
+                             str(tmp_path / "m.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not _grandchildren(proc.pid):
+        time.sleep(0.2)
+    everything = [proc.pid, *descendants(proc.pid)]
+    os.kill(proc.pid, signal.SIGHUP)
+    time.sleep(1.5)
+    assert proc.poll() is None and _alive(everything) == everything  # ignored: the sweep and its run go on
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated: 0 runs kept" in err
 
 
 def test_the_worker_runs_task_kinds_from_a_table_and_refuses_others(tmp_path):

@@ -53,3 +53,17 @@ def test_the_portable_tests_pass_with_the_posix_paths_hidden():
     tail = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert "posix_hidden: fcntl" in proc.stdout and " passed" in tail and "skipped" not in tail, tail
+
+
+def test_the_measuring_modules_import_and_run_their_windows_paths_without_posix_signals():
+    """Windows has no SIGKILL nor SIGHUP: a module naming one at import (a default argument did) crashed every
+    spawned run there. The plugin cannot hide SIGKILL (its own subprocess module kills with it): a fresh
+    interpreter without both imports them, and the parent-death call is a no-op off Linux."""
+    code = ("import signal, sys\ndel signal.SIGKILL, signal.SIGHUP\n"
+            "import vaemem.measuring.plumbing.forkserver as fs, vaemem.measuring.parent.runner as r\n"
+            "import vaemem.measuring.child.worker, vaemem.measuring.plumbing.launcher, vaemem.conv3d.bench\n"
+            "sys.platform = 'win32'\nfs.die_with_parent(12345)\n"
+            "from vaemem.measuring.plumbing.launcher import RunOutcome\n"
+            "print(r.classify(RunOutcome(None, 1, False, '', 1.0, 1), oom_kills=1)[0])\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "crash", res.stderr[-1500:]

@@ -438,8 +438,9 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         except FileNotFoundError:
             return 0
 
-    # SIGHUP where the platform has it (not Windows)
-    caught = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig is not None]
+    # SIGHUP where the platform has it (not Windows), unless ignored: `nohup vaemem measure` must outlive its shell
+    hup = getattr(signal, "SIGHUP", None)
+    caught = [signal.SIGTERM] + ([hup] if hup is not None and signal.getsignal(hup) is not signal.SIG_IGN else [])
     previous = {sig: signal.signal(sig, on_term) for sig in caught}
     console = _console()
     records: list[dict] = []

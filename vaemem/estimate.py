@@ -3303,7 +3303,7 @@ def _explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded
         if dry > chosen["dry_bytes_max"]:
             reason += f", {_times(dry / chosen['dry_bytes_max'])} beyond that line's largest measured dry-run peak"
         return Estimate(total, "transfer", calib["calibration"], reason + hidden + cast_note, env, plan.cast_bytes, 0,
-                        pixels, dry / chosen["dry_bytes_max"], calib["agree"])
+                        pixels, dry / chosen["dry_bytes_max"], calib["agree"] or top == OWN_UNTILED)
     if plan.kind == "pixel":
         reason = ("measured pixel line (no dry-run structure covers this request)" if plan.cs is None else
                   "measured pixel line (its points calibrate no dry-run structure: e.g. tiles below its smallest)")

@@ -197,14 +197,19 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
                 allocator = default_allocator(device)
                 outcome = launch.run(task, allocator, timeout_s)
                 result = dict(outcome.result or {})
-                rec = {"schema_version": SCHEMA_VERSION, "kind": "conv3d", **{k: v for k, v in task.items()
-                                                                                if k not in ("kind", "output_path")},
+                status, evidence = classify(outcome)  # the parent's view, as a measurement's
+                machine = result.pop("rig", {})
+                result.pop("status", None)
+                rec = {**result,  # the child's own fields: never one the parent sets below
+                       "schema_version": SCHEMA_VERSION, "kind": "conv3d", **{k: v for k, v in task.items()
+                                                                              if k not in ("kind", "output_path")},
                        "allocator": allocator,
-                       "method": method if p == "decomposed" else None, "status": classify(outcome),
+                       "method": method if p == "decomposed" else None, "status": status,
+                       "status_evidence": evidence,
                        "exit_code": outcome.returncode, "run_wall_s": round(outcome.wall_s, 4),
-                       "rig": {"name": rig, **result.pop("rig", {})}, "vaemem_version": __version__,
-                       "git_commit": commit,
-                       "utc_time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **result}
+                       "rig": {**(machine if isinstance(machine, dict) else {}), "name": rig},
+                       "vaemem_version": __version__, "git_commit": commit,
+                       "utc_time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
                 if rec["status"] != "ok":
                     rec["stderr_tail"] = outcome.stderr_tail
                 else:

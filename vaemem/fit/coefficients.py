@@ -170,10 +170,12 @@ def load_exceptions(path: Path | None) -> dict[str, str]:
         raise VaememError(f"cannot read exceptions file {path}: {e.strerror}") from None
     except ValueError as e:
         raise VaememError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict) or "groups" not in data:
+    if not isinstance(data, dict):
         raise VaememError(f"{path}: not an exceptions file (a JSON object with schema_version and groups)")
     version = data.get("schema_version")
-    if version != EXCEPTIONS_SCHEMA_VERSION:
+    if version == EXCEPTIONS_SCHEMA_VERSION and "groups" not in data:
+        raise VaememError(f"{path}: not an exceptions file (a JSON object with schema_version and groups)")
+    if version != EXCEPTIONS_SCHEMA_VERSION:  # a newer file may hold its groups otherwise: said newer first
         newer = isinstance(version, int) and not isinstance(version, bool) and version > EXCEPTIONS_SCHEMA_VERSION
         raise VaememError(f"{path}: schema_version {version!r} is " + (
             f"newer than this vaemem reads ({EXCEPTIONS_SCHEMA_VERSION}); upgrade vaemem" if newer else

@@ -178,7 +178,8 @@ if __name__ == "__main__":
     _started = time.perf_counter()
     if len(sys.argv) != 3:
         sys.exit("usage: python -m vaemem.measuring.child.worker TASK_JSON RESULT_PATH")
-    from vaemem.measuring.plumbing.forkserver import die_with_parent
+    from vaemem.measuring.plumbing.forkserver import PARENT_ENV, die_with_parent
 
-    die_with_parent()  # spawned: a sweep killed outright must not leave it holding memory or a device
+    # spawned: a sweep killed outright, even while this one imports, must not leave it holding memory or a device
+    die_with_parent(int(os.environ.get(PARENT_ENV, os.getppid())))
     run(sys.argv[1], sys.argv[2], _started)

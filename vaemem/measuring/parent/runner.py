@@ -74,6 +74,7 @@ def oom_kill_count(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/
     return None
 
 
+_SIGKILL = getattr(signal, "SIGKILL", 9)  # Windows has none (nor a cgroup count)
 CHILD_STATUSES = ("ok", "oom", "error")  # what a child may say of its own run: the others are the parent's
 
 
@@ -84,7 +85,8 @@ def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, st
     OOM-kill count rising across a run the kernel SIGKILLed, as its OOM killer does); a child the parent lost
     (its fork helper died) or any other death is a crash."""
     if outcome.timed_out:
-        return "timeout", f"parent: no exit within {outcome.wall_s:.3g} s, killed"
+        w = outcome.wall_s
+        return "timeout", f"parent: no exit within {f'{w:.1f}' if w >= 1 else f'{w:.2g}'} s, killed"
     result = outcome.result or {}
     said = result.get("status")
     if outcome.returncode == 0 and said in CHILD_STATUSES:
@@ -95,7 +97,7 @@ def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, st
         return said, evidence.get(said, f"child: {said}, exit 0")
     if outcome.lost:
         return "crash", f"parent: {outcome.lost}"
-    if oom_kills and outcome.returncode == -signal.SIGKILL:  # the count is the cgroup's: other processes' too
+    if oom_kills and outcome.returncode == -_SIGKILL:  # the count is the cgroup's: other processes' too
         return "oom", f"kernel: cgroup oom_kill count rose by {oom_kills} during the run"
     if outcome.returncode == 0:
         return "crash", "parent: child exited 0 without a usable result" + (

@@ -2,9 +2,9 @@
 
 Protocol, one JSON object per line. Parent -> helper, on the helper's stdin: ``{"id", "task", "result_path",
 "stderr_path", "late_env"}``. Helper -> parent, on a channel of its own (the pipe whose file descriptor is the
-helper's one argument, as pyperf hands its worker a descriptor): ``{"ready": true}`` once imported, then per
-request ``{"id", "pid"}`` right after the fork and ``{"id", "pid", "returncode"}`` when the child has exited
-(negative: killed by that signal). The helper's stdout and stderr go to its log: whatever an import prints
+helper's first argument, as pyperf hands its worker a descriptor; its second is the parent's pid):
+``{"ready": true}`` once imported, then per request ``{"id", "pid"}`` right after the fork and ``{"id", "pid",
+"returncode"}`` when the child has exited (negative: killed by that signal). The helper's stdout and stderr go to its log: whatever an import prints
 (a ``sitecustomize``, a noisy plugin) can never break the protocol.
 
 Each child leads a process group of its own, so the parent can kill it with everything it started.
@@ -26,15 +26,21 @@ _CHANNEL = None
 _CHILD: int | None = None  # the child running now, the leader of its process group
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Linux: this process gets ``sig`` when its parent dies (PR_SET_PDEATHSIG), and at once where the parent died
-    before the call; elsewhere nothing (the parent's own kill still reaches it)."""
-    parent = os.getppid()
+PARENT_ENV = "VAEMEM_PARENT_PID"  # a spawned worker's: the pid of the sweep that started it
+
+
+def die_with_parent(parent: int, sig: int | None = None) -> None:
+    """Linux: this process gets ``sig`` (default SIGKILL) when its parent dies (PR_SET_PDEATHSIG), and at once where
+    ``parent``, the pid the parent had when it started this process, is already gone (it died while this one
+    started). Elsewhere nothing: the parent's own kill still reaches it. Imports nothing POSIX-only."""
+    if not sys.platform.startswith("linux"):
+        return
+    sig = signal.SIGKILL if sig is None else sig
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):
         return
     if os.getppid() != parent:  # reparented before the call took effect
         os.kill(os.getpid(), sig)
@@ -45,8 +51,11 @@ def _parent_died(signum: int, frame: object) -> None:
     if _CHILD is not None:
         try:
             os.killpg(_CHILD, signal.SIGKILL)
-        except OSError:
-            pass
+        except OSError:  # not yet a group of its own: the child alone
+            try:
+                os.kill(_CHILD, signal.SIGKILL)
+            except OSError:
+                pass
     os._exit(1)
 
 
@@ -59,7 +68,7 @@ def main() -> None:
     global _CHANNEL, _CHILD
     # a sweep killed outright must not leave this helper, nor the child it runs, holding memory or a device
     signal.signal(signal.SIGTERM, _parent_died)
-    die_with_parent(signal.SIGTERM)
+    die_with_parent(int(sys.argv[2]), signal.SIGTERM)
     _CHANNEL = os.fdopen(int(sys.argv[1]), "w")
     import torch  # noqa: F401
     import diffusers
@@ -74,13 +83,14 @@ def main() -> None:
     _send({"ready": True})
     for line in sys.stdin:
         req = json.loads(line)
+        me = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the helper's handler is not the child's
                 os.setpgid(0, 0)  # a group of its own: the parent kills the child and all it started
-                die_with_parent()  # SIGKILLed if the helper dies (its parent died, or it was killed)
+                die_with_parent(me)  # SIGKILLed if the helper dies (its parent died, or it was killed)
                 _CHANNEL.close()  # the child never writes into the protocol
                 fd = os.open(req["stderr_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(fd, 1)  # the child must never write into the protocol pipe
@@ -92,11 +102,11 @@ def main() -> None:
             finally:
                 sys.stderr.flush()
                 os._exit(code)
+        _CHILD = pid  # at once: the parent may die now
         try:
             os.setpgid(pid, pid)  # also from this side: no race with the parent's kill
         except OSError:
             pass
-        _CHILD = pid
         _send({"id": req["id"], "pid": pid})
         _, status = os.waitpid(pid, 0)
         _CHILD = None

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from vaemem.errors import VaememError
 from vaemem.measuring.plumbing.allocators import child_env, clean_env, late_env, startup_env
+from vaemem.measuring.plumbing.forkserver import PARENT_ENV
 
 LAUNCHERS = ("fork", "spawn")
 STDERR_TAIL_CHARS = 2000
@@ -107,7 +108,8 @@ class SpawnLauncher(Launcher):
             with open(err_path, "wb") as err:
                 self._proc = proc = subprocess.Popen(
                     [sys.executable, "-m", "vaemem.measuring.child.worker", json.dumps(task), str(result_path)],
-                    env=child_env(allocator), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                    env={**child_env(allocator), PARENT_ENV: str(os.getpid())}, stdin=subprocess.DEVNULL,
+                    stdout=err, stderr=err,
                     start_new_session=hasattr(os, "setsid"),
                 )
                 try:
@@ -167,7 +169,8 @@ class _Helper:
         read_fd, write_fd = os.pipe()  # the helper's channel to us: never its stdout
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vaemem.measuring.plumbing.forkserver", str(write_fd)], env=env,
+                [sys.executable, "-m", "vaemem.measuring.plumbing.forkserver", str(write_fd), str(os.getpid())],
+                env=env,
                 stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_fd,),
             )
         finally:
