@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -772,6 +773,29 @@ def _grandchildren(root: int) -> list[int]:
     return [g for c in descendants(root) for g in descendants(c)]
 
 
+@contextlib.contextmanager
+def _reaped(proc):
+    """Run a test's sweep process; whatever the test asserted, nothing of it outlives the test (a sweep left
+    running slows every test after it)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            for p in [*descendants(proc.pid), proc.pid]:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            proc.wait()
+
+
+def _wait_gone(pids: list[int], within_s: float = 10) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and _alive(pids):
+        time.sleep(0.2)
+    assert _alive(pids) == [], "still running"
+
+
 def _alive(pids: list[int]) -> list[int]:
     out = []
     for p in pids:
@@ -817,18 +841,21 @@ def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, 
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
     out = tmp_path / "m.jsonl"
+    # SIGHUP at its default whatever this suite runs under (`nohup make test` ignores it, and the sweep with it)
     proc = subprocess.Popen([sys.executable, "-m", "vaemem.cli", "measure", "-m", "sd15", "--op", "decode",
                              "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--out", str(out)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    workers: list[int] = []
-    while time.monotonic() < deadline and not workers:
-        time.sleep(0.2)
-        workers = _grandchildren(proc.pid)
-    assert workers, "the run never started"
-    everything = [proc.pid, *descendants(proc.pid)]
-    os.kill(proc.pid, sig)
-    _, err = proc.communicate(timeout=60)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    with _reaped(proc):
+        deadline = time.monotonic() + 90
+        workers: list[int] = []
+        while time.monotonic() < deadline and not workers:
+            time.sleep(0.2)
+            workers = _grandchildren(proc.pid)
+        assert workers, "the run never started"
+        everything = [proc.pid, *descendants(proc.pid)]
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == code and f"{said}: 0 runs kept" in err
     time.sleep(0.5)
     assert _alive(everything) == [] and [p.name for p in tmp.iterdir() if p.name.startswith("vaemem")] == []
@@ -844,20 +871,23 @@ def test_a_sweep_killed_outright_leaves_no_process(tmp_path, launcher):
     proc = subprocess.Popen([sys.executable, "-m", "vaemem.cli", "measure", "-m", "sd15", "--op", "decode",
                              "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--launcher", launcher,
                              "--out", str(tmp_path / "m.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 90
-    running: list[int] = []
-    while time.monotonic() < deadline and not running:
-        time.sleep(0.2)
-        running = _grandchildren(proc.pid) if launcher == "fork" else descendants(proc.pid)
-    assert running, "the run never started"
-    time.sleep(1.0)  # the worker past its own start
-    everything = descendants(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(everything):
-        time.sleep(0.2)
-    assert everything and _alive(everything) == []
+    with _reaped(proc):
+        deadline = time.monotonic() + 90
+        running: list[int] = []
+        while time.monotonic() < deadline and not running:
+            time.sleep(0.2)
+            running = _grandchildren(proc.pid) if launcher == "fork" else descendants(proc.pid)
+        assert running, "the run never started"
+        time.sleep(1.0)  # the worker past its own start
+        everything = descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    try:
+        _wait_gone(everything)
+    finally:  # what the parent-death signal missed must not outlive the test either
+        for p in _alive(everything):
+            os.kill(p, signal.SIGKILL)
+    assert everything
 
 
 def test_a_helper_that_cannot_start_is_one_line_naming_its_last_words(tmp_path):
@@ -881,15 +911,16 @@ def test_a_sweep_under_nohup_outlives_a_hang_up(tmp_path):
                              "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--out",
                              str(tmp_path / "m.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not _grandchildren(proc.pid):
-        time.sleep(0.2)
-    everything = [proc.pid, *descendants(proc.pid)]
-    os.kill(proc.pid, signal.SIGHUP)
-    time.sleep(1.5)
-    assert proc.poll() is None and _alive(everything) == everything  # ignored: the sweep and its run go on
-    os.kill(proc.pid, signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    with _reaped(proc):
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not _grandchildren(proc.pid):
+            time.sleep(0.2)
+        everything = [proc.pid, *descendants(proc.pid)]
+        os.kill(proc.pid, signal.SIGHUP)
+        time.sleep(1.5)
+        assert proc.poll() is None and _alive(everything) == everything  # ignored: the sweep and its run go on
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "terminated: 0 runs kept" in err
 
 
