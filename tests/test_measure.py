@@ -569,6 +569,23 @@ def test_a_python_memory_error_is_an_oom():
     assert _is_oom(MemoryError()) and not _is_oom(ValueError("shape"))
 
 
+def test_a_second_sweep_on_the_same_file_is_refused_while_the_first_runs(tmp_path):
+    """Two sweeps appending to one file planned every run from the same history and ran each twice. The second is
+    refused at once; another --out in the folder runs (the shards of a sweep), and the lock goes with the first."""
+    from vaemem.measuring.parent.store import sweep_lock
+
+    out = tmp_path / "r.jsonl"
+    with sweep_lock(out):
+        with pytest.raises(VaememError, match=f"another sweep is appending to {out} .*: let it finish, or give this "
+                                              f"one another --out"):
+            measure(_pts(64), out, rig="r", runs=1, launcher_factory=lambda n: FakeLauncher())
+        assert not out.exists()
+        (rec,) = measure(_pts(64), tmp_path / "shard.jsonl", rig="r", runs=1, launcher_factory=lambda n: FakeLauncher())
+        assert rec["status"] == "ok"
+    (rec,) = measure(_pts(96), out, rig="r", runs=1, launcher_factory=lambda n: FakeLauncher())
+    assert rec["status"] == "ok" and [p.name for p in tmp_path.glob("*.jsonl")] != []
+
+
 @pytest.mark.portable
 def test_a_crash_does_not_skip_larger_points(tmp_path):
     pts = _pts(64, 96, 128)

@@ -27,7 +27,7 @@ from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome, make_launch
 from vaemem.measuring.point import Point
 from vaemem.measuring.child.rig import os_name
 from vaemem.measuring.parent.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, demand_error,
-                                           expand_paths, iter_records)
+                                           expand_paths, iter_records, sweep_lock)
 
 
 
@@ -322,96 +322,99 @@ def measure(
         raise VaememError(f"a plan's budget must be a positive number of seconds, got {budget_s!r}")
     out = Path(out)
     check_out_path(out)
-    tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
-    if on_plan:
-        on_plan(tasks, history)
-    commit = git_commit()
-    oom_at: dict[tuple, int] = {}
-    lock = threading.Lock()
-    stopping = threading.Event()  # set on Ctrl-C: runs killed by the interrupt are not results
-    records: list[dict[str, Any]] = []
+    with sweep_lock(out):  # one sweep appends to a file at a time: two would each run every point
+        tasks, history = sweep_plan(points, out, rig, runs, force, retry_failed)
+        if on_plan:
+            on_plan(tasks, history)
+        commit = git_commit()
+        oom_at: dict[tuple, int] = {}
+        lock = threading.Lock()
+        stopping = threading.Event()  # set on Ctrl-C: runs killed by the interrupt are not results
+        records: list[dict[str, Any]] = []
 
-    def finish(record: dict[str, Any]) -> None:
-        with lock:
-            append_record(out, record)
-            records.append(record)
-            if record["status"] == "oom":
-                key = _setting(Point.from_dict(record))
-                oom_at[key] = min(oom_at.get(key, record["pixels"]), record["pixels"])
-        if on_record:
-            on_record(record)
+        def finish(record: dict[str, Any]) -> None:
+            with lock:
+                append_record(out, record)
+                records.append(record)
+                if record["status"] == "oom":
+                    key = _setting(Point.from_dict(record))
+                    oom_at[key] = min(oom_at.get(key, record["pixels"]), record["pixels"])
+            if on_record:
+                on_record(record)
 
-    def do(task: Task, launch: Launcher) -> None:
-        with lock:
-            limit = oom_at.get(_setting(task.point))
-        if limit is not None and task.point.pixels >= limit:
-            finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
-                               status="skipped-after-oom", commit=commit))
-            return
-        before = oom_kill_count()
-        outcome = launch.run({"kind": "measure", "point": task.point.to_dict()}, task.point.allocator, timeout_s)
-        after = oom_kill_count()
-        if stopping.is_set():
-            return
-        kills = after - before if before is not None and after is not None else None
-        finish(make_record(task, outcome, rig=rig, launcher=launch.name, timeout_s=timeout_s, commit=commit,
-                           oom_kills=kills))
+        def do(task: Task, launch: Launcher) -> None:
+            with lock:
+                limit = oom_at.get(_setting(task.point))
+            if limit is not None and task.point.pixels >= limit:
+                finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
+                                   status="skipped-after-oom", commit=commit))
+                return
+            before = oom_kill_count()
+            outcome = launch.run({"kind": "measure", "point": task.point.to_dict()}, task.point.allocator, timeout_s)
+            after = oom_kill_count()
+            if stopping.is_set():
+                return
+            kills = after - before if before is not None and after is not None else None
+            finish(make_record(task, outcome, rig=rig, launcher=launch.name, timeout_s=timeout_s, commit=commit,
+                               oom_kills=kills))
 
-    if not devices:
-        launch = launcher_factory(launcher)
-        started = clock()
-        predicted_done = actual_done = 0.0
-        finished = 0
-        late = False
+        if not devices:
+            launch = launcher_factory(launcher)
+            started = clock()
+            predicted_done = actual_done = 0.0
+            finished = 0
+            late = False
+            try:
+                for task in tasks:
+                    if budget_s is not None:  # run in priority order; once a point would overrun, it and every
+                        # point after it (all of lower priority) are dropped: a late plan loses its tail, in order
+                        assert predicted_s is not None
+                        # rescaled by the finished runs' own wall time (not the launcher's one-off start) once a few
+                        # have run: one run's ratio to the cost model is noise (0.3-3.7x on this CPU)
+                        scale = (actual_done / predicted_done if finished >= MIN_RUNS_TO_RESCALE and predicted_done
+                                 else 1.0)
+                        spent = clock() - started
+                        need = scale * predicted_s.get(task.point.key, 0.0)
+                        if late or spent + need > budget_s:
+                            why = ("a higher-priority point was dropped" if late else
+                                   f"{spent:.0f} s spent, this run predicted {need:.0f} s at {scale:.2f}x the cost "
+                                   f"model")
+                            late = True
+                            finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
+                                               status="dropped-late", commit=commit,
+                                               evidence=f"plan of {budget_s:.0f} s: {why}"))
+                            continue
+                    n_before = len(records)
+                    do(task, launch)
+                    if budget_s is not None and len(records) > n_before and records[-1].get("run_wall_s"):
+                        finished += 1
+                        predicted_done += predicted_s.get(task.point.key, 0.0)  # type: ignore[union-attr]
+                        actual_done += records[-1]["run_wall_s"]
+            finally:
+                launch.close()
+            return records
+
+        slots: queue.Queue[tuple[int, Launcher]] = queue.Queue()
+        launchers = [(d, launcher_factory(launcher)) for d in devices]
+        for slot in launchers:
+            slots.put(slot)
+
+        def on_gpu(task: Task) -> None:
+            index, launch = slots.get()
+            try:
+                do(Task(replace(task.point, device=f"cuda:{index}"), task.run), launch)
+            finally:
+                slots.put((index, launch))
+
+        pool = ThreadPoolExecutor(max_workers=len(devices))
         try:
-            for task in tasks:
-                if budget_s is not None:  # run in priority order; once a point would overrun, it and every
-                    # point after it (all of lower priority) are dropped: a late plan loses its tail, in order
-                    assert predicted_s is not None
-                    # rescaled by the finished runs' own wall time (not the launcher's one-off start) once a few
-                    # have run: one run's ratio to the cost model is noise (0.3-3.7x on this CPU)
-                    scale = actual_done / predicted_done if finished >= MIN_RUNS_TO_RESCALE and predicted_done else 1.0
-                    spent = clock() - started
-                    need = scale * predicted_s.get(task.point.key, 0.0)
-                    if late or spent + need > budget_s:
-                        why = ("a higher-priority point was dropped" if late else
-                               f"{spent:.0f} s spent, this run predicted {need:.0f} s at {scale:.2f}x the cost model")
-                        late = True
-                        finish(make_record(task, None, rig=rig, launcher=launch.name, timeout_s=timeout_s,
-                                           status="dropped-late", commit=commit,
-                                           evidence=f"plan of {budget_s:.0f} s: {why}"))
-                        continue
-                n_before = len(records)
-                do(task, launch)
-                if budget_s is not None and len(records) > n_before and records[-1].get("run_wall_s"):
-                    finished += 1
-                    predicted_done += predicted_s.get(task.point.key, 0.0)  # type: ignore[union-attr]
-                    actual_done += records[-1]["run_wall_s"]
+            for fut in [pool.submit(on_gpu, t) for t in tasks]:
+                fut.result()
+        except BaseException:
+            stopping.set()
+            raise
         finally:
-            launch.close()
+            for _, launch in launchers:
+                launch.close()
+            pool.shutdown(wait=True, cancel_futures=True)
         return records
-
-    slots: queue.Queue[tuple[int, Launcher]] = queue.Queue()
-    launchers = [(d, launcher_factory(launcher)) for d in devices]
-    for slot in launchers:
-        slots.put(slot)
-
-    def on_gpu(task: Task) -> None:
-        index, launch = slots.get()
-        try:
-            do(Task(replace(task.point, device=f"cuda:{index}"), task.run), launch)
-        finally:
-            slots.put((index, launch))
-
-    pool = ThreadPoolExecutor(max_workers=len(devices))
-    try:
-        for fut in [pool.submit(on_gpu, t) for t in tasks]:
-            fut.result()
-    except BaseException:
-        stopping.set()
-        raise
-    finally:
-        for _, launch in launchers:
-            launch.close()
-        pool.shutdown(wait=True, cancel_futures=True)
-    return records

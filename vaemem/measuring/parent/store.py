@@ -10,6 +10,7 @@ missing a field or holding an impossible value, naming file and line (see README
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -76,6 +77,40 @@ def check_out_path(path: str | Path) -> None:
             pass
     except OSError as e:
         raise VaememError(f"--out {path}: cannot create a file in {folder} ({e.strerror})") from None
+
+
+@contextlib.contextmanager
+def sweep_lock(path: str | Path) -> Iterator[None]:
+    """Hold the sweep lock of the measurement file ``path`` (``.NAME.lock`` beside it, left there: removing it
+    would race a sweep opening it), or refuse at once where another sweep holds it: two sweeps appending to one
+    file each planned every run from the same history, and ran each twice. Released on exit, or by the OS when
+    the process dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.parent / f".{path.name}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise VaememError(f"cannot create the sweep lock {lock}: {e.strerror}") from None
+    try:
+        try:
+            if sys.platform == "win32":
+                import msvcrt
+
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise VaememError(f"another sweep is appending to {path} (it holds {lock}): let it finish, or give "
+                              f"this one another --out") from None
+        try:
+            yield
+        finally:
+            _unlock(fd)
+    finally:
+        os.close(fd)
 
 
 def append_record(path: str | Path, record: dict[str, Any]) -> None:
