@@ -14,11 +14,11 @@ the coefficients embedded). Usage::
 The coefficients default to the file packaged with vaemem; ``coefficients=`` takes a path, a dict or a list of
 them (layered: the first that has a group wins, e.g. ``[my_fit, None]`` over the packaged one).
 
-The file (schema :data:`SCHEMA_VERSION`) holds, per architecture, the **structure** of its dry-run peak (the exact peak of live tensor
-bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and tile, and per platform
-(conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a **calibration**: upper
-envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base (+ single_frame_factor x dry +
-single_frame_bytes for a one-frame clip of a video model)`` over the measured points,
+The file (schema :data:`SCHEMA_VERSION`) holds, per architecture, the **structure** of its dry-run peak (the exact
+peak of live tensor bytes on fake tensors, ``vaemem trace``) as a function of width, height, batch, frames and
+tile, and per platform (conv backend, allocator, dtype, OS, op, tiling) and kernel class (conv2d, conv3d) a
+**calibration**: upper envelopes ``demand <= factor x dry + per_sample_factor x dry_of_one_sample + base
+(+ single_frame_factor x dry + single_frame_bytes for a one-frame clip of a video model)`` over the measured points,
 one per measured architecture and one pooled over the class. Each is fitted on the summed reservation / demand; a
 line whose envelope fitted on the summed reservation differs carries its terms in ``flat``, and a request beyond a
 one-frame clip takes the lower of the two (both cover every point). A line is fitted on frames of at least
@@ -342,8 +342,8 @@ class Estimate:
     capped by the untiled one: the untiled request's), above 1 beyond every measured point by that factor (below
     1 says nothing of the smallest); None where no measured line set the price (the fallback, and a pixel line
     that records no largest size); ``verified`` whether measurements on this platform vouch for the line that set
-    the price: True for the architecture's own measured line, and for a transfer within a kernel class whose
-    measured architectures agree; False for a transfer the reason calls UNVERIFIED (one architecture measured in
+    the price: True for the architecture's own measured line (its untiled one pricing a tiled transfer too), and
+    for a transfer within a kernel class whose measured architectures agree; False for a transfer the reason calls UNVERIFIED (one architecture measured in
     its class, or they disagree) and for the fallback. A price capped by the untiled request's takes that one's.
     """
 

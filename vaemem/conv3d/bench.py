@@ -152,7 +152,7 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
     """Run the requested path(s) in fresh processes; append and return one record per path."""
     from vaemem.measuring.plumbing.launcher import make_launcher
     from vaemem.measuring.point import default_allocator
-    from vaemem.measuring.parent.runner import classify, git_commit, see_devices
+    from vaemem.measuring.parent.runner import child_fields, classify, git_commit, see_devices
     from vaemem.models.zoo import get_spec
 
     if model not in BENCH_MODELS:
@@ -196,10 +196,8 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
                         "conv3d_env": os.environ.get("VAEMEM_CONV3D")}
                 allocator = default_allocator(device)
                 outcome = launch.run(task, allocator, timeout_s)
-                result = dict(outcome.result or {})
+                result, machine = child_fields(outcome)
                 status, evidence = classify(outcome)  # the parent's view, as a measurement's
-                machine = result.pop("rig", {})
-                result.pop("status", None)
                 rec = {**result,  # the child's own fields: never one the parent sets below
                        "schema_version": SCHEMA_VERSION, "kind": "conv3d", **{k: v for k, v in task.items()
                                                                               if k not in ("kind", "output_path")},
@@ -207,7 +205,7 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
                        "method": method if p == "decomposed" else None, "status": status,
                        "status_evidence": evidence,
                        "exit_code": outcome.returncode, "run_wall_s": round(outcome.wall_s, 4),
-                       "rig": {**(machine if isinstance(machine, dict) else {}), "name": rig},
+                       "rig": {**machine, "name": rig},
                        "vaemem_version": __version__, "git_commit": commit,
                        "utc_time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
                 if rec["status"] != "ok":

@@ -107,17 +107,22 @@ def classify(outcome: RunOutcome, oom_kills: int | None = None) -> tuple[str, st
     return "crash", f"parent: child died ({how}) with no OOM evidence"
 
 
+def child_fields(outcome: RunOutcome | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run's result as the child wrote it, less its ``status`` (the parent's: :func:`classify`), and its ``rig``
+    dict apart ({} where none, or damaged): a record puts the parent's own fields over both."""
+    result = dict(outcome.result or {}) if outcome else {}
+    machine = result.pop("rig", {})
+    result.pop("status", None)
+    return result, machine if isinstance(machine, dict) else {}
+
+
 def make_record(task: Task, outcome: RunOutcome | None, *, rig: str, launcher: str, timeout_s: float,
                 status: str | None = None, commit: str | None = None, oom_kills: int | None = None,
                 evidence: str | None = None) -> dict[str, Any]:
     """The measurement line of one run (schema documented in README "Measurement format"). The status is the
     parent's (:func:`classify`): the child's own ``status`` never overrides it."""
     p = task.point
-    result = dict(outcome.result or {}) if outcome else {}
-    machine = result.pop("rig", {})
-    if not isinstance(machine, dict):  # a child's damaged result: the parent's fields stand
-        machine = {}
-    result.pop("status", None)
+    result, machine = child_fields(outcome)
     if status is None:
         status, evidence = classify(outcome, oom_kills)  # type: ignore[arg-type]
     else:

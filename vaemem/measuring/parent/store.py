@@ -29,16 +29,18 @@ def dumps_line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def _lock(fd: int) -> None:
+def _lock(fd: int, wait: bool = True) -> None:
+    """The file's exclusive lock; without ``wait``, OSError at once where another holds it."""
     if sys.platform == "win32":
         import msvcrt
 
         os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # a one-byte region at the start: the whole file's lock
+        # a one-byte region at the start: the whole file's lock
+        msvcrt.locking(fd, msvcrt.LK_LOCK if wait else msvcrt.LK_NBLCK, 1)
     else:
         import fcntl
 
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
 
 
 def _unlock(fd: int) -> None:
@@ -81,10 +83,10 @@ def check_out_path(path: str | Path) -> None:
 
 @contextlib.contextmanager
 def sweep_lock(path: str | Path) -> Iterator[None]:
-    """Hold the sweep lock of the measurement file ``path`` (``.NAME.lock`` beside it, left there: removing it
-    would race a sweep opening it), or refuse at once where another sweep holds it: two sweeps appending to one
-    file each planned every run from the same history, and ran each twice. Released on exit, or by the OS when
-    the process dies."""
+    """Hold the sweep lock of the measurement file ``path`` (``.r.jsonl.lock`` beside ``r.jsonl``, left there:
+    removing it would race a sweep opening it), or refuse at once where another sweep holds it: two sweeps
+    appending to one file each planned every run from the same history, and ran each twice. Released on exit, or
+    by the OS when the process dies."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.parent / f".{path.name}.lock"
@@ -94,14 +96,7 @@ def sweep_lock(path: str | Path) -> Iterator[None]:
         raise VaememError(f"cannot create the sweep lock {lock}: {e.strerror}") from None
     try:
         try:
-            if sys.platform == "win32":
-                import msvcrt
-
-                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-            else:
-                import fcntl
-
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock(fd, wait=False)
         except OSError:
             raise VaememError(f"another sweep is appending to {path} (it holds {lock}): let it finish, or give "
                               f"this one another --out") from None
@@ -192,8 +187,10 @@ def _check(record: Any) -> str | None:
             return f"{name} missing or not a {'non-negative' if name == 'run' else 'positive'} integer: {v!r}"
     if record.get("status") not in STATUSES:
         return f"status {record.get('status')!r} is not one of {', '.join(STATUSES)}"
-    if record["status"] == "ok" and demand_error(record.get("demand_bytes")):
-        return demand_error(record.get("demand_bytes"))
+    if record["status"] == "ok":
+        unusable = demand_error(record.get("demand_bytes"))
+        if unusable:
+            return unusable
     if not isinstance(record.get("rig"), dict) or not isinstance(record["rig"].get("name"), str):
         return "rig.name missing"
     return None

@@ -4,8 +4,8 @@ Protocol, one JSON object per line. Parent -> helper, on the helper's stdin: ``{
 "stderr_path", "late_env"}``. Helper -> parent, on a channel of its own (the pipe whose file descriptor is the
 helper's first argument, as pyperf hands its worker a descriptor; its second is the parent's pid):
 ``{"ready": true}`` once imported, then per request ``{"id", "pid"}`` right after the fork and ``{"id", "pid",
-"returncode"}`` when the child has exited (negative: killed by that signal). The helper's stdout and stderr go to its log: whatever an import prints
-(a ``sitecustomize``, a noisy plugin) can never break the protocol.
+"returncode"}`` when the child has exited (negative: killed by that signal). The helper's stdout and stderr go to
+its log: whatever an import prints (a ``sitecustomize``, a noisy plugin) can never break the protocol.
 
 Each child leads a process group of its own, so the parent can kill it with everything it started.
 
