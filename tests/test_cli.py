@@ -55,6 +55,9 @@ def _err_line(result) -> str:
       "--allocator", "native", "--os", "linux"], "unknown dtype 'fp9'"),
     (["estimate", "-m", "sdxl", "--op", "decode", "--res", "-5", "--dtype", "fp16", "--backend", "cudnn",
       "--allocator", "native", "--os", "linux"], "bad resolution"),
+    (["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp16", "--backend", "cudnn",
+      "--allocator", "native", "--os", "linux", "--cast", "op"], "--cast op says which weights were cast from "
+     "--loaded-dtype: give --loaded-dtype"),
     (["report", "--format", "html"], "unknown --format"),
     (["fit", "--measurements", "no/such/dir"], "no such measurement file"),
     (["diff", "no1.json", "no2.json"], "cannot read coefficient file"),
@@ -404,6 +407,18 @@ def test_measure_then_resume_through_the_cli(tmp_path):
     other = runner.invoke(app, [*args[:-3], "--out", str(tmp_path / "other.jsonl")])
     assert other.exit_code == 0 and f"recorded for rig t in {tmp_path}/*.jsonl" in other.output.replace("\n", "")
     assert not (tmp_path / "other.jsonl").exists()
+
+
+def test_a_resumed_zoo_with_nothing_to_trace_prints_an_empty_json_list(tmp_path):
+    """The committed cache holds the whole zoo grid: a resumed --zoo traces nothing, prints an empty, versioned
+    list (its message on stderr, where a script does not parse it) and leaves the cache byte for byte."""
+    cache = tmp_path / "traces.json"
+    shutil.copy(ROOT / "fits" / "traces.json", cache)
+    res = runner.invoke(app, ["trace", "--zoo", "--record", str(cache), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"schema_version": 1, "traces": []}
+    assert "nothing to do" in res.stderr
+    assert cache.read_bytes() == (ROOT / "fits" / "traces.json").read_bytes()
 
 
 def test_fit_check_passes_and_fails_through_the_cli(tmp_path):

@@ -1425,3 +1425,15 @@ def test_the_apps_rules_refuse_what_pricing_refuses():
     for bad in (Index(OverflowError()), Index("512")):
         with pytest.raises(ValueError, match="width must be a positive integer"):
             est.working_memory_bytes("sd15", "decode", bad, 512, **kw, allocator="native", os="linux")
+
+
+def test_force_upcast_advice_names_the_request_that_prices_what_the_pipeline_runs():
+    """SDXL's pipelines run its fp16 VAE in fp32: the fp16 estimate says so and which request prices that, and that
+    request costs more (the fp32 working set and the weights' cast)."""
+    kw = dict(backend="cudnn", allocator="native", os="linux")
+    half = est.explain("sdxl", "decode", 1024, 1024, dtype="fp16", **kw)
+    assert half.reason.endswith("they run this fp16 VAE in fp32: for them, price dtype fp32 with loaded dtype fp16")
+    upcast = est.explain("sdxl", "decode", 1024, 1024, dtype="fp32", loaded_dtype="fp16", **kw)
+    assert upcast.cast_bytes > 0 and upcast.bytes > half.bytes
+    assert "force_upcast" not in upcast.reason
+    assert "force_upcast" not in est.explain("flux1", "decode", 1024, 1024, dtype="fp16", **kw).reason

@@ -306,20 +306,51 @@ def test_bad_dry_runs_are_refused_with_the_reason(spec, message):
         trace(spec)
 
 
-def test_cli_trace_json_and_config_file(tmp_path):
-    runner = CliRunner()
-    res = runner.invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64x48", "--json"])
+def _one_trace(res) -> dict:
+    """The one point of a ``trace --json`` that traced one: the document is versioned and a list at any count."""
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
+    assert doc["schema_version"] == 1 and len(doc["traces"]) == 1, doc.keys()
+    return doc["traces"][0]
+
+
+def test_cli_trace_json_and_config_file(tmp_path):
+    runner = CliRunner()
+    doc = _one_trace(runner.invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64x48", "--json"]))
     assert doc["peak_bytes"] == trace(_spec("tiny-kl", "decode", width=64, height=48)).peak_bytes
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(get_spec("tiny-kl").config))
-    res = runner.invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64x48", "--json"])
-    assert res.exit_code == 0 and json.loads(res.stdout)["peak_bytes"] == doc["peak_bytes"]
-    assert json.loads(res.stdout)["key"].startswith(f"config:{tmp_path.name}/decode/")  # its folder names it
+    got = _one_trace(runner.invoke(app, ["trace", "--config", str(cfg), "--op", "decode", "--res", "64x48", "--json"]))
+    assert got["peak_bytes"] == doc["peak_bytes"]
+    assert got["key"].startswith(f"config:{tmp_path.name}/decode/")  # its folder names it
     # labelled with a zoo name, it is still the config's dry run: never under the zoo model's own key
-    res = runner.invoke(app, ["trace", "--config", str(cfg), "-m", "sdxl", "--op", "decode", "--res", "64", "--json"])
-    assert res.exit_code == 0 and json.loads(res.stdout)["key"].startswith("config:sdxl/decode/")
+    got = _one_trace(runner.invoke(app, ["trace", "--config", str(cfg), "-m", "sdxl", "--op", "decode", "--res", "64",
+                                         "--json"]))
+    assert got["key"].startswith("config:sdxl/decode/")
+
+
+def test_cli_trace_json_is_one_shape_at_any_count():
+    """Two points are two traces in the grid's order; a point given twice is traced once, still in the list."""
+    args = ["trace", "-m", "tiny-kl", "--res", "64", "--json"]
+    res = CliRunner().invoke(app, [*args, "--op", "decode", "--op", "encode"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema_version"] == 1
+    assert [t["spec"]["op"] for t in doc["traces"]] == ["decode", "encode"]
+    twice = _one_trace(CliRunner().invoke(app, [*args, "--op", "decode", "--res", "64"]))
+    assert twice["peak_bytes"] == doc["traces"][0]["peak_bytes"]
+
+
+def test_cli_models_json_is_versioned_and_lists_the_zoo():
+    from vaemem.models.zoo import registry
+
+    res = CliRunner().invoke(app, ["models", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema_version"] == 1
+    assert [m["name"] for m in doc["models"]] == list(registry())
+    sd15 = next(m for m in doc["models"] if m["name"] == "sd15")
+    assert (sd15["spatial_factor"], sd15["temporal_factor"], sd15["latent_channels"]) == (8, None, 4)
 
 
 def test_a_config_key_its_class_does_not_take_is_said(tmp_path):
@@ -331,12 +362,13 @@ def test_a_config_key_its_class_does_not_take_is_said(tmp_path):
     args = ["trace", "--config", str(cfg), "--op", "decode", "--res", "64", "--json"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
+    wrong = _one_trace(res)
     assert res.stderr.strip() == (f"warning: {cfg}: diffusers' AutoencoderKLWan takes no base_dims: ignored, its "
                                   f"defaults traced")
     cfg.write_text(json.dumps(good))
     right = CliRunner().invoke(app, args)
-    assert right.exit_code == 0 and right.stderr == ""
-    assert json.loads(res.stdout)["peak_bytes"] > 2 * json.loads(right.stdout)["peak_bytes"]
+    assert right.stderr == ""
+    assert wrong["peak_bytes"] > 2 * _one_trace(right)["peak_bytes"]
 
 
 def test_cli_trace_table_piped_keeps_every_cell_whole():

@@ -22,6 +22,12 @@ from vaemem.errors import VaememError
 from vaemem.estimate import MIB  # stdlib only: the CLI stays light
 from vaemem.files import check_writable, default_path, packaged_coefficients
 
+# The schemas of what the commands print with --json (or --format json); a file's own schema is its owner's.
+MODELS_SCHEMA_VERSION = 1  # of `vaemem models --json`: {"schema_version", "models": [...]}
+TRACE_SCHEMA_VERSION = 1  # of `vaemem trace --json`: {"schema_version", "traces": [...]}, one per point
+ESTIMATE_SCHEMA_VERSION = 1  # of `vaemem estimate --json`
+REPORT_SCHEMA_VERSION = 1  # of `vaemem report --format json`
+
 
 def _untyped_flags(params: list[Any]) -> None:
     """Show these options' flags without a type: a flag takes no value, where typer's help says "<bool>"."""
@@ -151,7 +157,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="print JSON instea
                      "temporal_factor": spec.temporal_factor, "ops": list(spec.ops),
                      "shares_architecture_with": spec.architecture if spec.architecture != name else None})
     if as_json:
-        typer.echo(json.dumps(rows, indent=1))
+        typer.echo(json.dumps({"schema_version": MODELS_SCHEMA_VERSION, "models": rows}, indent=1))
         return
     from rich.table import Table
 
@@ -302,8 +308,8 @@ def trace(
                              "every real architecture (what `vaemem fit` reads from fits/traces.json)"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="dry runs at a time, each in a process of its own (they "
                              "use one core each)"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON (peak_bytes, output_bytes, peak_module, ...): "
-                                 "an object for one point, a list for several"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON: schema_version and traces, one object per "
+                                 "point (peak_bytes, output_bytes, peak_module, ...)"),
 ) -> None:
     """Dry-run decode or encode on fake tensors: the exact peak of live tensor bytes the op creates (its input
     and the weights are baseline), where it happens and how much is the output. No device, no memory."""
@@ -369,14 +375,16 @@ def trace(
                 doc = tc.record(record_to, results[-1:], doc)
         if zoo and record_to is not None:  # the cache holds exactly the zoo grid
             tc.keep_only(record_to, {s.key for s in specs})
-        if not results:
-            typer.echo(f"nothing to do: {record_to} holds all {len(specs)} dry runs")
-            return
+        if not results:  # with --json, said on stderr: a script reads an empty list
+            typer.echo(f"nothing to do: {record_to} holds all {len(specs)} dry runs", err=as_json)
+            if not as_json:
+                return
     except VaememError as e:
         _fail(e)
     if as_json:
-        out = [r.to_dict() for r in results]
-        typer.echo(json.dumps(out[0] if len(out) == 1 else out, indent=1, sort_keys=True))
+        # one shape for any number of points: a script need not know how many the grid held after dedup
+        typer.echo(json.dumps({"schema_version": TRACE_SCHEMA_VERSION, "traces": [r.to_dict() for r in results]},
+                              indent=1, sort_keys=True))
         return
     from rich.table import Table
 
@@ -587,8 +595,6 @@ DEFAULT_MEASUREMENTS = default_path("measurements")
 DEFAULT_COEFFICIENTS = packaged_coefficients()
 DEFAULT_EXCEPTIONS = default_path("fits/exceptions.json")
 DEFAULT_TRACES = default_path("fits/traces.json")
-REPORT_SCHEMA_VERSION = 1  # of `vaemem report --format json`
-ESTIMATE_SCHEMA_VERSION = 1  # of `vaemem estimate --json`
 # as --help shows them: a full path is cut at 80 columns
 SHOWN = {DEFAULT_MEASUREMENTS: "measurements/", DEFAULT_COEFFICIENTS: "the package's coefficients.json",
          DEFAULT_EXCEPTIONS: "fits/exceptions.json", DEFAULT_TRACES: "fits/traces.json"}
@@ -888,6 +894,8 @@ def estimate_cmd(
 
     try:
         w, h = parse_res(res)
+        if cast == "op" and loaded_dtype is None:  # the library's default is "model": only the CLI sees "op" given
+            raise VaememError(f"--cast {cast} says which weights were cast from --loaded-dtype: give --loaded-dtype")
         backend, allocator, os_, attention = _assumed_platform(dtype, backend, allocator, os_, attention)
         layers = [_coefficient_file(c) for c in coefficients or []]  # packaged: the shipped file, whatever
         # $VAEMEM_COEFFICIENTS says (it sets the default, which no --coefficients takes)

@@ -3082,7 +3082,7 @@ def explain(model: str, op: str, width: int, height: int, *, dtype: str, loaded_
         e.reason = f"{model}, {m['architecture']}'s architecture: {e.reason}"
     if dtype == "fp16" and model in UPCAST_PIPELINES and m.get("force_upcast"):
         e.reason += (f"; {model}'s config sets force_upcast, which {UPCAST_PIPELINES[model]} honour: they run this "
-                     f"fp16 VAE in fp32, priced as dtype fp32, loaded dtype fp16")
+                     f"fp16 VAE in fp32: for them, price dtype fp32 with loaded dtype fp16")
     return e
 
 
