@@ -790,6 +790,14 @@ def _grandchildren(root: int) -> list[int]:
     return [g for c in descendants(root) for g in descendants(c)]
 
 
+def _parent(pid: int) -> int | None:
+    """``pid``'s parent, from /proc (None once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def _reaped(proc):
     """Run a test's sweep process; whatever the test asserted, nothing of it outlives the test (a sweep left
@@ -849,8 +857,12 @@ def test_when_the_helper_dies_its_running_child_is_killed_too(tmp_path):
 
 @pytest.mark.parametrize("sig,code,said", [(signal.SIGTERM, 143, "terminated"),  # (posix_hidden hides SIGHUP)
                                             (getattr(signal, "SIGHUP", 1), 129, "hung up")])
-def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, sig, code, said):
-    """SIGTERM, or SIGHUP (a closed terminal, a dropped ssh session): every child killed, every file removed."""
+@pytest.mark.parametrize("to_group", [False, True])
+def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, sig, code, said, to_group):
+    """SIGTERM, or SIGHUP (a closed terminal, a dropped ssh session), to the sweep or to its whole process group
+    (a terminal's hangup, systemd's stop): every child killed, every file removed, no run recorded. The fork helper
+    is in a session of its own, so the sweep alone is signalled and stops it (a helper hit too died first, which a
+    GPU thread of --devices could record as a crash)."""
     import subprocess
     import sys
 
@@ -862,6 +874,7 @@ def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, 
     proc = subprocess.Popen([sys.executable, "-m", "vaemem.cli", "measure", "-m", "sd15", "--op", "decode",
                              "--dtype", "fp32", "--res", "1024", "--runs", "1", "--rig", "t", "--out", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=to_group,  # a group of its own to signal, as a terminal's
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     with _reaped(proc):
         deadline = time.monotonic() + 90
@@ -871,9 +884,14 @@ def test_sigterm_to_measure_leaves_no_process_and_no_temporary_folder(tmp_path, 
             workers = _grandchildren(proc.pid)
         assert workers, "the run never started"
         everything = [proc.pid, *descendants(proc.pid)]
-        os.kill(proc.pid, sig)
+        helpers = [p for p in everything[1:] if _parent(p) == proc.pid]
+        assert helpers and all(os.getsid(p) == p for p in helpers)  # the helper leads a session of its own
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=60)
-    assert proc.returncode == code and f"{said}: 0 runs kept" in err
+    assert proc.returncode == code and f"{said}: 0 runs kept" in err and not out.exists()
     time.sleep(0.5)
     assert _alive(everything) == [] and [p.name for p in tmp.iterdir() if p.name.startswith("vaemem")] == []
 

@@ -7,7 +7,9 @@ helper's first argument, as pyperf hands its worker a descriptor; its second is 
 "returncode"}`` when the child has exited (negative: killed by that signal). The helper's stdout and stderr go to
 its log: whatever an import prints (a ``sitecustomize``, a noisy plugin) can never break the protocol.
 
-Each child leads a process group of its own, so the parent can kill it with everything it started.
+The helper leads a session of its own (the launcher starts it so: a signal to the sweep's process group is the
+sweep's alone to act on), and each child a process group of its own, so the parent can kill it with everything
+it started.
 
 The helper must never initialise an accelerator (a CUDA context does not survive fork) nor run a torch op (an
 OpenMP pool started before the fork would be unusable in the child): it only imports.

@@ -172,6 +172,10 @@ class _Helper:
                 [sys.executable, "-m", "vaemem.measuring.plumbing.forkserver", str(write_fd), str(os.getpid())],
                 env=env,
                 stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_fd,),
+                # a session of its own: a signal to the sweep's whole group (a closed terminal's SIGHUP, Ctrl-C,
+                # systemd's or a batch system's stop) reaches the sweep alone, which kills the helper and the child
+                # itself; the helper hit too died first, and a GPU thread of --devices recorded its run as a crash
+                start_new_session=hasattr(os, "setsid"),
             )
         finally:
             os.close(write_fd)
