@@ -138,6 +138,28 @@ def test_an_attention_peak_whose_bytes_per_pixel_shrink_is_not_scaled_below_its_
     assert fresh > whole * 256 * 256 / side**2 and priced == pytest.approx(whole) and priced >= fresh
 
 
+def test_a_linear_attention_below_its_structure_takes_its_line():
+    """DC-AE's attention is linear (640 B/px in bf16): below its structure's sizes (1536 px a side) its line,
+    base and all, prices the fresh dry run's attention peak within the structures' 1 % and above it, and the
+    math path prices as the fused one, whose peak leads. Its 1536 px peak taken whole had priced the attention at
+    256 px 36x, and a 256 px tiled math decode at 768 px above the same at 1024 px."""
+    doc = est.load(ROOT / "vaemem" / "coefficients.json")
+    attn = doc["structures"][est.structure_key("sana-dc-ae", "decode", "bf16", False, "math")]
+    assert 256 * 256 < attn["area_min"] and not any(attn["bytes_per_pixel_squared"])
+    dry = trace(TraceSpec("sana-dc-ae", "decode", "bf16", 256, 256, attention="math"))
+    line = est.attention_eval(est.compile_structure(attn), 256, 256, 1, 1)
+    assert line == pytest.approx(dry.attention_peak_bytes, rel=0.01) and line >= dry.attention_peak_bytes
+    side = int(attn["area_min"] ** 0.5)
+    assert est.structure_bytes(attn, side, side, 1, 1, None) > 30 * line  # what the whole peak took
+    kw = dict(dtype="bf16")
+    priced = est.structure_peak_bytes(doc, "sana-dc-ae", "decode", 256, 256, attention="math", **kw)
+    assert priced == est.structure_peak_bytes(doc, "sana-dc-ae", "decode", 256, 256, **kw)
+    assert priced == pytest.approx(dry.peak_bytes, rel=0.01)
+    request = dict(dtype="bf16", backend="cudnn", allocator="native", os="linux", attention="math", tile=256)
+    assert (est.working_memory_bytes("sana-dc-ae", "decode", 768, 768, **request)
+            <= est.working_memory_bytes("sana-dc-ae", "decode", 1024, 1024, **request))
+
+
 @pytest.mark.parametrize("name,op,w,h,frames,low,high", [
     ("hunyuanvideo", "encode", 1280, 704, 17, 1.0, 1.08),   # one fit through 64-256 px gave 0.67
     ("cogvideox", "encode", 1280, 704, 33, 0.999, 1.001),    # 0.83; split convolutions: 0.97 before they were

@@ -1645,6 +1645,9 @@ def window_peak(windows: tuple, frames: int, area: int, clip_peak: Callable[[int
     return best if best > assembly else assembly
 
 
+LINEAR_ATTENTION_BASE = 0.01  # the base, as a share of the peak at area_min, under which an attention is linear
+
+
 def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | None = None) -> float:
     """The math path's attention peak (bytes) of a compiled attention structure ``ac`` at ``w`` x ``h`` px, ``b``
     samples, ``f`` frames. Below the smallest size it was derived on (``area_min``, 48 latent px a side): where its
@@ -1653,7 +1656,11 @@ def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | Non
     at 13 frames, whose attention over frames runs in chunks: 1.48x the bytes per pixel at 48 latent px as at 64)
     that peak whole. The whole peak had priced Qwen-Image's 256 px bf16 encode on the math path at 371 MiB against
     183 fused, where its dry run is the fused one's (``benchmarks/math_small_check.py`` checks both rules on fresh
-    dry runs of every architecture with attention at 4-40 latent px)."""
+    dry runs of every architecture with attention at 4-40 latent px). An attention whose bytes are the pixels' x a
+    constant (no squared term, a base under :data:`LINEAR_ATTENTION_BASE` of that peak: DC-AE's linear attention,
+    640 B/px in bf16 from 4 to 96 latent px) takes its line there, base and all: its bytes per pixel shrink by the
+    base alone, and taken whole its 48 latent px peak (1536 px) had priced DC-AE's 256 px math path at 36x its
+    attention's dry run, and a 768 px tiled decode above a 1024 px one."""
     v = structure_eval(ac, w, h, b, f, None, terms)
     area, least = w * h, ac[5]
     if area >= least:
@@ -1661,6 +1668,9 @@ def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | Non
     side = math.isqrt(least)
     if structure_eval(ac, 2 * side, 2 * side, b, f, None, terms) >= 4 * v:  # per pixel, grows with the area
         return v * area / least
+    a, q, base = terms or frame_terms(ac, f)
+    if q == 0 and 0 <= b * base <= LINEAR_ATTENTION_BASE * v:  # linear in the pixels: the line, base and all
+        return b * (a * area + base)
     return v
 
 
