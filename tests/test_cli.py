@@ -58,6 +58,9 @@ def _err_line(result) -> str:
     (["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp16", "--backend", "cudnn",
       "--allocator", "native", "--os", "linux", "--cast", "op"], "--cast op says which weights were cast from "
      "--loaded-dtype: give --loaded-dtype"),
+    (["estimate", "-m", "nope", "--op", "decode", "--res", "512", "--dtype", "fp16", "--backend", "cudnn",
+      "--allocator", "native", "--os", "linux"], "sdxl, wan21, wan22 (and the tiny test models tiny-kl, "),
+    (["trace", "-m", "nope", "--op", "decode", "--res", "64"], "wan21, wan22 (or a tiny test model: tiny-cogvideox, "),
     (["report", "--format", "html"], "unknown --format"),
     (["fit", "--measurements", "no/such/dir"], "no such measurement file"),
     (["diff", "no1.json", "no2.json"], "cannot read coefficient file"),

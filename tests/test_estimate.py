@@ -1422,7 +1422,7 @@ def test_the_apps_rules_refuse_what_pricing_refuses():
                 raise self.result
             return self.result
 
-    for bad in (Index(OverflowError()), Index("512")):
+    for bad in (Index(OverflowError()), Index(RuntimeError("boom")), Index("512")):
         with pytest.raises(ValueError, match="width must be a positive integer"):
             est.working_memory_bytes("sd15", "decode", bad, 512, **kw, allocator="native", os="linux")
 

@@ -1893,13 +1893,20 @@ MAX_BATCH = 4096  # samples of one call, far past any app's batch. Prices are Py
 TILE_CANDIDATES = (1024, 768, 512, 384, 256)  # largest_tile's default choices, largest first
 
 
+def _model_list(names: object) -> str:
+    """``names`` sorted for a message, the test suite's tiny models (``tiny-*``) apart after the real ones."""
+    tiny = sorted(n for n in names if n.startswith("tiny-"))  # type: ignore[attr-defined]
+    real = ", ".join(sorted(n for n in names if not n.startswith("tiny-")))  # type: ignore[attr-defined]
+    return f"{real} (and the tiny test models {', '.join(tiny)})" if tiny else real
+
+
 def _positive_int(name: str, v: object) -> int:
     """``v`` as an int (numpy integers too, through ``__index__``), or ValueError."""
     try:
         if isinstance(v, bool):
             raise TypeError
         n = v.__index__()  # type: ignore[attr-defined]
-    except (AttributeError, TypeError, ValueError, OverflowError):  # an __index__ of its own may raise anything
+    except Exception:  # an __index__ of its own may raise anything: still the caller's bad value
         raise ValueError(f"{name} must be a positive integer, got {v!r}") from None
     if type(n) is not int or n <= 0:  # an __index__ that returns no int
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -2010,7 +2017,7 @@ def _model(coef: dict, model: object) -> dict:
         hint = f" (did you mean {' or '.join(names[n] for n in near)}?)" if near else ""
         raise ValueError(f"no model {model!r} in the coefficient file{hint} (it prices the models it was fitted "
                          f"with: measure and fit this one, or layer a file that has it); it has: "
-                         f"{', '.join(sorted(coef['models']))}")
+                         f"{_model_list(coef['models'])}")
     return m
 
 

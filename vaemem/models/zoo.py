@@ -491,5 +491,7 @@ def get_spec(name: str) -> ModelSpec:
     """The spec of ``name``, or a VaememError naming the valid choices."""
     reg = registry()
     if name not in reg:
-        raise VaememError(f"unknown model {name!r}; choose one of: {', '.join(reg)}")
+        real = [n for n, spec in reg.items() if not spec.tiny]
+        raise VaememError(f"unknown model {name!r}; choose one of: {', '.join(real)} (or a tiny test model: "
+                          f"{', '.join(n for n in reg if n not in real)})")
     return reg[name]
