@@ -48,7 +48,7 @@ def _err_line(result) -> str:
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--launcher", "thread"],
      "unknown launcher"),
     (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--runs", "0"],
-     "--runs must be at least 1"),
+     "--runs must be an integer from 1 to 1000, got 0"),
     (["measure", "-m", "tiny-kl"], "a sweep needs at least one"),
     (["measure", "--sweep", "missing.toml"], "cannot read sweep file"),
     (["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp9", "--backend", "cudnn",
@@ -61,6 +61,11 @@ def _err_line(result) -> str:
     (["estimate", "-m", "nope", "--op", "decode", "--res", "512", "--dtype", "fp16", "--backend", "cudnn",
       "--allocator", "native", "--os", "linux"], "sdxl, wan21, wan22 (and the tiny test models tiny-kl, "),
     (["trace", "-m", "nope", "--op", "decode", "--res", "64"], "wan21, wan22 (or a tiny test model: tiny-cogvideox, "),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--runs", "100000000000"],
+     "--runs must be an integer from 1 to 1000, got 100000000000"),
+    (["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64", "--timeout", "1e30"],
+     "--timeout must be a positive number of seconds up to 604800 (a week), got 1e+30"),  # overflowed the OS's clock
+    (["bench-conv3d", "-m", "tiny-wan", "--runs", "100000000000"], "--runs must be an integer from 1 to 1000"),
     (["report", "--format", "html"], "unknown --format"),
     (["fit", "--measurements", "no/such/dir"], "no such measurement file"),
     (["diff", "no1.json", "no2.json"], "cannot read coefficient file"),
@@ -332,13 +337,13 @@ def test_measure_refuses_to_append_to_a_file_of_a_newer_schema(tmp_path):
     out.write_text('{"schema_version": 2, "rig": {"name": "t"}}\n')
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
                                  "--rig", "t", "--out", str(out)])
-    assert result.exit_code == 2 and "newer than this vaemem understands" in _err_line(result)
+    assert result.exit_code == 2 and "newer than this vaemem reads" in _err_line(result)
     assert out.read_text() == '{"schema_version": 2, "rig": {"name": "t"}}\n'  # untouched
     # a neighbour of a newer schema is refused too: its runs, unread, would be measured again
     mine = tmp_path / "mine.jsonl"
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
                                  "--rig", "t", "--out", str(mine), "--dry-run"])
-    assert result.exit_code == 2 and f"{out}:1: schema_version 2 is newer than this vaemem understands" in \
+    assert result.exit_code == 2 and f"{out}:1: schema_version 2 is newer than this vaemem reads" in \
         _err_line(result) and "upgrade vaemem, or move that file out of the folder" in _err_line(result)
     out.write_text('{"schema_version": 1, "rig": {"na')  # a damaged neighbour still does not stop a sweep
     result = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
@@ -352,10 +357,12 @@ GOOD_GRID = 'models = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\nres = ["
 @pytest.mark.portable
 @pytest.mark.parametrize("text,message", [
     ('schema_version = 1\n[[grid]]\n' + GOOD_GRID + 'colour = ["red"]\n', "grid 1 has unknown keys ['colour']"),
-    ('schema_version = 3\n', "schema_version 3 is newer than this vaemem understands"),
+    ('schema_version = 3\n', "schema_version 3 is newer than this vaemem reads"),
     ('runs = 2\n', "no integer schema_version"),
-    ('schema_version = 1\nruns = "two"\n[[grid]]\n' + GOOD_GRID, "runs must be a positive integer, not 'two'"),
-    ('schema_version = 1\nruns = 0\n[[grid]]\n' + GOOD_GRID, "runs must be a positive integer, not 0"),
+    ('schema_version = 1\nruns = "two"\n[[grid]]\n' + GOOD_GRID, "runs must be an integer from 1 to 1000, got 'two'"),
+    ('schema_version = 1\nruns = 0\n[[grid]]\n' + GOOD_GRID, "runs must be an integer from 1 to 1000, got 0"),
+    # a typo's hundred billion runs: their planning alone ran for hours
+    ('schema_version = 1\nruns = 100000000000\n[[grid]]\n' + GOOD_GRID, "runs must be an integer from 1 to 1000"),
     ('schema_version = 1\n', "needs at least one [[grid]] table"),
     ('schema_version = 1\ngird = 1\n[[grid]]\n' + GOOD_GRID, "unknown top-level keys ['gird']"),
     ('schema_version = 1\n[[grid]]\nmodels = ["tiny-kl"]\nops = ["decode"]\ndtypes = ["fp32"]\n', "grid 1 has no res"),
@@ -376,6 +383,20 @@ def test_measure_sweep_file_errors_name_the_file_and_the_field(tmp_path, text, m
     sweep.write_text(text)
     line = _err_line(runner.invoke(app, ["measure", "--sweep", str(sweep), "--dry-run"]))
     assert "s.toml" in line and message in line, line
+
+
+def test_runs_given_on_the_command_line_win_over_a_sweep_files_even_the_default(tmp_path):
+    """--runs 2 was read as not given (2 is the default) and the sweep file's runs = 3 ran instead."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('schema_version = 1\nruns = 3\n[[grid]]\n' + GOOD_GRID)
+    args = ["measure", "--sweep", str(sweep), "--dry-run", "--out", str(tmp_path / "m.jsonl")]
+    for given, said in (([], "1 point x 3 runs"), (["--runs", "2"], "1 point x 2 runs"),
+                        (["--runs", "1"], "1 point x 1 run,")):
+        res = runner.invoke(app, [*args, *given])
+        assert res.exit_code == 0 and f"plan: {said}" in res.output, res.output
+    res = runner.invoke(app, ["measure", "-m", "tiny-kl", "--op", "decode", "--dtype", "fp32", "--res", "64",
+                              "--dry-run", "--out", str(tmp_path / "m.jsonl")])
+    assert res.exit_code == 0 and "plan: 1 point x 2 runs" in res.output, res.output
 
 
 def test_a_sweep_file_and_the_cli_take_the_variant_fields(tmp_path):
@@ -424,6 +445,35 @@ def test_a_resumed_zoo_with_nothing_to_trace_prints_an_empty_json_list(tmp_path)
     assert cache.read_bytes() == (ROOT / "fits" / "traces.json").read_bytes()
 
 
+def test_ctrl_c_in_trace_and_fit_says_what_was_kept(tmp_path, monkeypatch):
+    """As an interrupted sweep says it: one line and exit 130 (they exited 130 with nothing said). A --record
+    cache keeps the dry runs that ended; an interrupted fit leaves no file."""
+    from vaemem.tracing import trace as tr
+
+    real = tr.trace_many
+
+    def one_then_ctrl_c(specs, cfg, jobs):
+        yield from real(specs[:1], cfg, jobs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tr, "trace_many", one_then_ctrl_c)
+    cache = tmp_path / "traces.json"
+    res = runner.invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64", "--res", "96",
+                              "--record", str(cache)])
+    assert res.exit_code == 130 and res.stderr == f"interrupted: 1 dry run recorded in {cache}\n"
+    assert len(json.loads(cache.read_text())["entries"]) == 1
+
+    def ctrl_c(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(co, "fit_dataset", ctrl_c)
+    shutil.copy(TINY, tmp_path / "m.jsonl")
+    out = tmp_path / "c.json"
+    res = runner.invoke(app, ["fit", "--measurements", str(tmp_path / "m.jsonl"), "--out", str(out),
+                              "--exceptions", "none"])
+    assert res.exit_code == 130 and res.stderr == f"interrupted: {out} not written\n" and not out.exists()
+
+
 def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     shutil.copy(TINY, tmp_path / "m.jsonl")
     coef = tmp_path / "c.json"
@@ -440,6 +490,12 @@ def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     # (and "commit the result" is said of the packaged file only, not of a user's own)
     assert bad.output.replace("\n", "").endswith(f"run `vaemem fit --measurements {tmp_path / 'm.jsonl'} --out {coef} "
                                                  f"--exceptions none`") and "(1 difference)" in bad.output
+    doc["schema_version"] = 999  # a newer vaemem's file: upgrade, not "differs" and a refit that would downgrade it
+    coef.write_text(co.dumps(doc))
+    newer = runner.invoke(app, ["fit", *base, "--check"])
+    assert newer.exit_code == 2 and _err_line(newer) == (f"error: {coef}: schema_version 999 is newer than this "
+                                                         f"vaemem writes ({est.SCHEMA_VERSION}); upgrade vaemem to "
+                                                         f"check it")
     coef.write_text("{not json")  # a damaged file: said so, not "formatting only"
     broken = runner.invoke(app, ["fit", *base, "--check"])
     assert broken.exit_code == 1 and "is not valid JSON" in broken.output and "formatting only" not in broken.output

@@ -171,13 +171,21 @@ def test_bench_conv3d_both_paths_in_fresh_processes(tmp_path):
     (["-m", "tiny-wan", "--res", "64", "--tiles", "3x1"], "multiples of 8"),
     (["-m", "tiny-wan", "--tiles", "2"], "bad --tiles"),
     (["-m", "tiny-wan", "--res", "64x64", "--frames", "5", "--device", "xpu:7"], "torch sees no xpu device"),
+    # accepted and ignored before
+    (["-m", "tiny-wan", "--conv3d", "native", "--method", "stacked"], "--method chooses the decomposition: "
+     "--conv3d native runs none"),
+    # recorded as two error runs and exit 0 before
+    (["-m", "tiny-wan", "--conv3d", "auto", "VAEMEM_CONV3D=bogus"], "VAEMEM_CONV3D='bogus'; choose one of: native, "
+     "decomposed, auto"),
 ])
-def test_bench_conv3d_bad_input(args, message):
+def test_bench_conv3d_bad_input(args, message, monkeypatch):
     from typer.testing import CliRunner
 
     from vaemem.cli import app
 
-    r = CliRunner().invoke(app, ["bench-conv3d", *args])
+    for a in [a for a in args if "=" in a]:  # an environment variable of the case's
+        monkeypatch.setenv(*a.split("=", 1))
+    r = CliRunner().invoke(app, ["bench-conv3d", *[a for a in args if "=" not in a]])
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
 
 

@@ -43,7 +43,7 @@ MIB = 1024 * 1024
     (Point("tiny-kl", "decode", "fp32", 64, 64, device="tpu"), "bad device"),
     # no CUDA allocator setting reaches MPS: `plan --device mps --allocator system` offered cudaMallocAsync
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="cudaMallocAsync", device="mps"), "choose one of: native$"),
-    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: its 2.4B-parameter decoder is a ViT"),
+    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: MiniMax-H3's decoder is a ViT (2.4B parameters in the published model)"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, overlap=0.5), "applies to tiled points only"),
     (Point("tiny-kl", "decode", "fp32", 128, 128, tile=64, overlap=1.0), r"a fraction from 0 to 0.5"),
     (Point("tiny-kl", "decode", "fp32", 128, 128, tile=64, overlap=0.6), r"a fraction from 0 to 0.5"),
@@ -335,6 +335,22 @@ def test_reader_names_file_and_line_of_bad_or_newer_lines(tmp_path):
     bad: list = []
     assert len(list(iter_records([path], skip_bad=True, bad=bad))) == 1
     assert [b.line for b in bad] == [2, 3]
+    # JSON's true is Python's 1, this schema: it was read as one
+    path.write_text('{"schema_version": 1}\n{"schema_version": true}\n')
+    with pytest.raises(VaememError, match=r"m.jsonl:2: no integer schema_version \(got True\)"):
+        list(iter_records([path]))
+
+
+@pytest.mark.parametrize("version,reads,said", [
+    (1, (1,), None), (2, (1, 2), None),
+    (True, (1,), "no integer schema_version (got True)"), ("1", (1,), "no integer schema_version (got '1')"),
+    (3, (1, 2), "schema_version 3 is newer than this vaemem reads (2); upgrade vaemem"),
+    (0, (1, 2), "schema_version 0 is not one this vaemem reads (1, 2)"),
+])
+def test_one_schema_version_rule_for_the_files_vaemem_reads(version, reads, said):
+    from vaemem.files import schema_error
+
+    assert schema_error(version, reads) == said
 
 
 # ---- the runner (fake launcher) --------------------------------------------------------------------------------

@@ -385,10 +385,12 @@ def test_cli_trace_in_parallel_processes_gives_the_same_dry_runs(tmp_path):
             "--attention", "math", "--json"]
     one, two = (CliRunner().invoke(app, args + ["--jobs", j]) for j in ("1", "2"))
     assert one.exit_code == two.exit_code == 0, two.output
-    strip = [[{k: v for k, v in d.items() if k != "wall_s"} for d in json.loads(r.stdout)] for r in (one, two)]
+    strip = [[{k: v for k, v in d.items() if k != "wall_s"} for d in json.loads(r.stdout)["traces"]]
+             for r in (one, two)]
     assert strip[0] == strip[1] and len(strip[0]) == 4 and all(d["attention_peak_bytes"] > 0 for d in strip[0])
     twice = CliRunner().invoke(app, args + ["--op", "decode", "--res", "64x64"])  # points given again: traced once
-    assert twice.exit_code == 0 and [d["key"] for d in json.loads(twice.stdout)] == [d["key"] for d in strip[0]]
+    assert twice.exit_code == 0
+    assert [d["key"] for d in json.loads(twice.stdout)["traces"]] == [d["key"] for d in strip[0]]
     bad = CliRunner().invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64", "--res", "66",
                                    "--jobs", "2"])
     assert bad.exit_code == 2 and "multiples of 4" in bad.output and "Traceback" not in bad.output

@@ -145,6 +145,12 @@ def _fail(error: VaememError) -> None:
     raise typer.Exit(error.exit_code)
 
 
+def _interrupted(kept: str) -> None:
+    """Ctrl-C in a long command: one line saying what it kept, exit 130, as an interrupted sweep says it."""
+    typer.echo(f"interrupted: {kept}", err=True)
+    raise typer.Exit(130)
+
+
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
     """List the model zoo: class, parameters, latent channels, spatial/temporal factors, shared architecture."""
@@ -191,7 +197,8 @@ def measure(
                                         "elsewhere). Repeatable; default: native on a GPU, glibc-fixed on a Linux "
                                         "CPU, system elsewhere"),
     sweep: Optional[Path] = typer.Option(None, "--sweep", help="a sweep file (TOML or JSON) instead of grid options"),
-    runs: int = typer.Option(2, help="fresh-process runs per point"),
+    runs: Optional[int] = typer.Option(None, help="fresh-process runs per point (default 2, or the sweep file's "
+                                       "runs)", show_default=False),
     device: Optional[str] = typer.Option(None, help="cpu, cuda, cuda:N, mps, xpu (default: cpu, or a plan's)"),
     launcher: Optional[str] = typer.Option(None, help="fork (default on Linux) or spawn"),
     timeout: float = typer.Option(900.0, help="seconds before a run is killed and recorded as timeout"),
@@ -225,7 +232,7 @@ def measure(
                     or attention_path != "fused" or conv3d_path != "native":
                 raise VaememError("give either --sweep or grid options (--model/--op/--dtype/--res, ...), not both")
             sw = load_sweep(sweep, device)
-            points, runs = sw.points, sw.runs if runs == 2 else runs
+            points, runs = sw.points, sw.runs if runs is None else runs  # given, --runs wins (2 included)
             if sw.budget_s is not None:  # a plan carries its device and its budget
                 if given_device is not None and given_device not in (points[0].device,
                                                                      points[0].device.split(":")[0]):
@@ -233,6 +240,7 @@ def measure(
                 device = points[0].device
                 budget = (sw.budget_s, sw.predicted_s)
         else:
+            runs = 2 if runs is None else runs
             points = pt.build_grid(model, op, dtype, res, batch or None, frames or None,
                                    list(tile) or None, allocator or None, device, list(overlap) or None,
                                    [slicing], [attention_path], [conv3d_path])
@@ -280,7 +288,7 @@ def _print_plan(n_points: int, runs: int, out: Path, rig: str, tasks: list, hist
     if budget is not None:
         due = sum(budget[1].get(t.point.key, 0.0) for t in tasks)
         line = (f"{_count(len(tasks), 'run')}, predicted {due / 60:.1f} min by the plan's cost model, budget "
-                f"{budget[0] / 60:.1f} min (past it, the lowest-priority points are dropped)")
+                f"{budget[0] / 60:g} min (past it, the lowest-priority points are dropped)")
     else:
         line = predict([t.point for t in tasks], history, rig).describe()
     typer.echo(f"plan: {_count(n_points, 'point')} x {_count(runs, 'run')}, {len(tasks)} due in {out}: {line}",
@@ -312,10 +320,12 @@ def trace(
                                  "point (peak_bytes, output_bytes, peak_module, ...)"),
 ) -> None:
     """Dry-run decode or encode on fake tensors: the exact peak of live tensor bytes the op creates (its input
-    and the weights are baseline), where it happens and how much is the output. No device, no memory."""
+    and the weights are baseline), where it happens and how much is the output. No device: the op allocates
+    nothing (the build makes each weight in host memory in turn, then moves it to the meta device)."""
     from vaemem.measuring.point import parse_res
     from vaemem.tracing.trace import TraceSpec, check, load_config, trace_many
 
+    results: list = []
     try:
         cfg = None
         if zoo:
@@ -368,7 +378,6 @@ def trace(
 
         doc = tc.read_cache(record_to) if record_to is not None and record_to.exists() else None
         done = {k for k, e in doc["entries"].items() if tc.complete(e)} if zoo and doc is not None else set()
-        results = []
         for r in trace_many([s for s in specs if s.key not in done], cfg, jobs):  # a resumed --zoo skips the cached
             results.append(r)
             if record_to is not None:  # one at a time: an interrupted --zoo keeps what it traced
@@ -381,6 +390,9 @@ def trace(
                 return
     except VaememError as e:
         _fail(e)
+    except KeyboardInterrupt:  # each dry run is recorded as it ends
+        _interrupted(f"{_count(len(results), 'dry run')} recorded in {record_to}" if record_to is not None else
+                     f"{_count(len(results), 'dry run')} done, none kept (--record FILE keeps them)")
     if as_json:
         # one shape for any number of points: a script need not know how many the grid held after dedup
         typer.echo(json.dumps({"schema_version": TRACE_SCHEMA_VERSION, "traces": [r.to_dict() for r in results]},
@@ -625,6 +637,7 @@ def fit(
     from vaemem.fit import coefficients as co
     from vaemem.tracing import cache as tc
 
+    written = False
     try:
         mine = [m.resolve() for m in measurements] != [DEFAULT_MEASUREMENTS.resolve()]  # not the project's data
         # the file to write or check, before the half minute of fitting
@@ -702,6 +715,7 @@ def fit(
                        f"{len(doc['calibrations'])} calibrations, {len(doc['structures'])} structures)")
             return
         co.write_atomic(out, text)
+        written = True
         if doc["groups"]:
             _console().print(_coefficient_table(doc))
         lined, calibrated = co.calibrated_groups(doc)
@@ -716,6 +730,8 @@ def fit(
                    f"{_count(len(doc['structures']), 'structure')}, {_count(len(doc['groups']), 'pixel-line group')}")
     except VaememError as e:
         _fail(e)
+    except KeyboardInterrupt:  # the file is written whole by a rename, or not at all
+        _interrupted(f"{out} written" if written else f"{out} not written")
 
 
 def _coefficient_table(doc: dict) -> Any:
@@ -1101,7 +1117,8 @@ def bench_conv3d(
     model: str = typer.Option("minimax-h3", "--model", "-m", help="minimax-h3, wan21, wan22, tiny-minimax-h3, tiny-wan"),
     conv3d: str = typer.Option("both", "--conv3d", help="native, decomposed, both, or auto (the path the declared "
                                "gate chooses, as vaemem.conv3d.apply applies it; VAEMEM_CONV3D overrides)"),
-    method: str = typer.Option("taps", help="decomposition: taps (one conv2d per temporal tap) or stacked"),
+    method: Optional[str] = typer.Option(None, help="decomposition: taps (one conv2d per temporal tap, the "
+                                         "default) or stacked", show_default=False),
     frames: int = typer.Option(17, help="frames in the chunk (1 + 4k)"),
     res: str = typer.Option("768x448", help="WIDTHxHEIGHT of the frames"),
     tiles: str = typer.Option("1x1", help="RxC: encode the frame as R x C spatial tiles"),
@@ -1132,6 +1149,8 @@ def bench_conv3d(
                           launcher=launcher or default_launcher())
     except VaememError as e:
         _fail(e)
+    except KeyboardInterrupt:  # each path's record is appended as it ends
+        _interrupted("nothing recorded (a bench appends its records once every path has run)")
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
     else:

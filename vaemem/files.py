@@ -1,4 +1,5 @@
-"""Files: the one atomic writer (coefficient files, dry-run caches, exported modules) and where default files live."""
+"""Files: the one atomic writer (coefficient files, dry-run caches, exported modules), the one schema_version rule
+of the files vaemem reads (the coefficient file's is the stdlib estimator's own), and where default files live."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ import tempfile
 from pathlib import Path
 
 from vaemem.errors import VaememError
+
+
+def schema_error(version: object, reads: tuple[int, ...]) -> str | None:
+    """Why a file's ``schema_version`` is not one of ``reads``, the schemas this vaemem reads, or None. An int only
+    (JSON's ``true`` is no schema, though Python's bool is an int); a newer one says to upgrade vaemem."""
+    newest = max(reads)
+    if type(version) is not int:
+        return f"no integer schema_version (got {version!r})"
+    if version > newest:
+        return f"schema_version {version} is newer than this vaemem reads ({newest}); upgrade vaemem"
+    if version not in reads:
+        return f"schema_version {version} is not one this vaemem reads ({', '.join(map(str, reads))})"
+    return None
 
 
 def _umask() -> int:

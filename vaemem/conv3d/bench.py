@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vaemem import __version__
+from vaemem.conv3d.gate import env_override
 from vaemem.errors import VaememError
 from vaemem.measuring.parent.store import SCHEMA_VERSION, append_record, check_out_path, iter_records
 
@@ -145,13 +146,15 @@ def _drift(native_path: str, decomposed_path: str) -> dict[str, Any]:
             "scale_max_abs": float(n.abs().max()) if finite else None, "all_finite": finite}
 
 
-def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, width: int = 256, height: int = 256,
+def bench(model: str, conv3d: str, *, method: str | None = None, frames: int = 17, width: int = 256, height: int = 256,
           tiles: tuple[int, int] = (1, 1), dtype: str = "fp32", runs: int = 3, device: str = "cpu",
           out: Path | None = None, rig: str = "bench", launcher: str = "fork",
           timeout_s: float = 3600) -> list[dict[str, Any]]:
-    """Run the requested path(s) in fresh processes; append and return one record per path."""
+    """Run the requested path(s) in fresh processes; append and return one record per path (all at the end: the
+    decomposed path's record compares itself with the native one's). ``method``: the decomposition, taps (the
+    default) or stacked; refused with the native path alone, where it means nothing."""
     from vaemem.measuring.plumbing.launcher import make_launcher
-    from vaemem.measuring.point import default_allocator
+    from vaemem.measuring.point import default_allocator, runs_error
     from vaemem.measuring.parent.runner import child_fields, classify, git_commit, see_devices
     from vaemem.models.zoo import get_spec
 
@@ -159,15 +162,22 @@ def bench(model: str, conv3d: str, *, method: str = "taps", frames: int = 17, wi
         raise VaememError(f"bench-conv3d runs causal video encoders; choose one of: {', '.join(BENCH_MODELS)}")
     if conv3d not in (*PATHS, "both", "auto"):
         raise VaememError(f"unknown --conv3d {conv3d!r}; choose one of: native, decomposed, both, auto")
+    if method is not None and conv3d == "native":
+        raise VaememError("--method chooses the decomposition: --conv3d native runs none")
+    method = "taps" if method is None else method
     if method not in ("taps", "stacked"):
         raise VaememError(f"unknown --method {method!r}; choose one of: taps, stacked")
+    if conv3d == "auto":  # the child applies the gate with the parent's VAEMEM_CONV3D: a bad one said here, not
+        env_override()  # recorded as two error runs and exit 0
     if dtype not in DTYPES:
         raise VaememError(f"unknown --dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
     spec = get_spec(model)
     rows, cols = tiles
     f = spec.spatial_factor
-    if runs < 1 or frames < 1 or rows < 1 or cols < 1:
-        raise VaememError("--runs, --frames and --tiles must be positive")
+    if runs_error(runs):
+        raise VaememError(runs_error(runs))
+    if frames < 1 or rows < 1 or cols < 1:
+        raise VaememError("--frames and --tiles must be positive")
     if spec.frames_error(frames):
         raise VaememError(spec.frames_error(frames))
     if width <= 0 or height <= 0:

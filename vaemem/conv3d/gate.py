@@ -34,12 +34,17 @@ def parse_hip(version: str | None) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2))
 
 
-def decide(family: str, hip_version: str | None, env: Mapping[str, str] | None = None) -> str:
-    """'native' or 'decomposed' for a model ``family`` (minimax, wan, ...) on a torch with ``hip_version``."""
-    env = os.environ if env is None else env
-    override = env.get(ENV_VAR, "auto")
+def env_override(env: Mapping[str, str] | None = None) -> str:
+    """The path :data:`ENV_VAR` forces (native, decomposed) or auto, or a VaememError naming the choices."""
+    override = (os.environ if env is None else env).get(ENV_VAR, "auto")
     if override not in CHOICES:
         raise VaememError(f"{ENV_VAR}={override!r}; choose one of: {', '.join(CHOICES)}")
+    return override
+
+
+def decide(family: str, hip_version: str | None, env: Mapping[str, str] | None = None) -> str:
+    """'native' or 'decomposed' for a model ``family`` (minimax, wan, ...) on a torch with ``hip_version``."""
+    override = env_override(env)
     if override != "auto":
         return override
     hip = parse_hip(hip_version)

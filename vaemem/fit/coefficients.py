@@ -24,7 +24,7 @@ from vaemem.errors import VaememError
 from vaemem.estimate import (AMX_BACKEND, DOMAIN_MIN_FRAME_PIXELS, FLAT_TERMS, SCHEMA_VERSION, GROUP_KEYS,
                              calibration_bytes, check_key, group_id, platform_id, transfer_bytes, transfer_line,
                              variant_key, variant_parts)
-from vaemem.files import write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
+from vaemem.files import schema_error, write_atomic  # noqa: F401  (re-exported: fit writes its file through it)
 from vaemem.fit.envelope import MIB, Line, fit_envelope, fit_lower, fit_upper
 from vaemem.measuring.parent.store import BadLine, dumps_line, expand_paths, iter_records
 from vaemem.measuring.point import DEFAULT_OVERLAP, VARIANT_DEFAULTS, Point, variant_suffix
@@ -175,11 +175,9 @@ def load_exceptions(path: Path | None) -> dict[str, str]:
     version = data.get("schema_version")
     if version == EXCEPTIONS_SCHEMA_VERSION and "groups" not in data:
         raise VaememError(f"{path}: not an exceptions file (a JSON object with schema_version and groups)")
-    if version != EXCEPTIONS_SCHEMA_VERSION:  # a newer file may hold its groups otherwise: said newer first
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > EXCEPTIONS_SCHEMA_VERSION
-        raise VaememError(f"{path}: schema_version {version!r} is " + (
-            f"newer than this vaemem reads ({EXCEPTIONS_SCHEMA_VERSION}); upgrade vaemem" if newer else
-            f"not {EXCEPTIONS_SCHEMA_VERSION}, the one this vaemem reads"))
+    wrong = schema_error(version, (EXCEPTIONS_SCHEMA_VERSION,))
+    if wrong:  # a newer file may hold its groups otherwise: said newer first
+        raise VaememError(f"{path}: {wrong}")
     groups = data["groups"]
     if not isinstance(groups, dict):
         raise VaememError(f"{path}: groups must be an object of group id: reason")
@@ -961,5 +959,9 @@ def check(committed: Path, derived_text: str) -> list[str]:
         old = json.loads(committed_text)
     except ValueError as e:
         return [f"{committed} is not valid JSON ({e}): regenerate it with vaemem fit"]
+    version = old.get("schema_version") if isinstance(old, dict) else None
+    if type(version) is int and version > SCHEMA_VERSION:  # not a difference this vaemem could remedy by a refit
+        raise VaememError(f"{committed}: schema_version {version} is newer than this vaemem writes ({SCHEMA_VERSION})"
+                          f"; upgrade vaemem to check it")
     diffs = diff_documents(old, json.loads(derived_text)) if isinstance(old, dict) else []
     return diffs or ["the files differ in formatting only (hand-edited?): regenerate with vaemem fit"]

@@ -25,6 +25,17 @@ DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.
 DEFAULT_OVERLAP = 0.25  # diffusers' tile_overlap_factor
 # A point's variant fields and their defaults: the default variant is what lines measured before these fields
 # existed ran, so they read as it and their keys carry no suffix.
+MAX_RUNS = 1000  # runs per point (or chunks per bench-conv3d path): past it a typo, whose planning alone took hours
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a run's time limit: past a week a typo, and past ~1e9 s the OS's clocks overflow
+
+
+def runs_error(runs: object, name: str = "--runs") -> str | None:
+    """What is wrong with a count of runs, or None: an int from 1 to :data:`MAX_RUNS` (a bool is no count)."""
+    if type(runs) is not int or not 1 <= runs <= MAX_RUNS:
+        return f"{name} must be an integer from 1 to {MAX_RUNS}, got {runs!r}"
+    return None
+
+
 VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
 
 

@@ -36,7 +36,10 @@ DECODE_TIMESTEP = 0.05
 
 @contextmanager
 def _parameters_on_meta() -> Iterator[None]:
-    """Register every new nn.Parameter on the meta device; buffers stay real.
+    """Register every new nn.Parameter on the meta device; buffers stay real (their values are computed: a meta
+    factory context would lose them). A module's constructor still makes each weight in host memory first, one at
+    a time: the build needs the largest weight's bytes (9 MiB for SD's VAE), and a config of absurd widths fails
+    there with torch's allocation error.
 
     Also quiets diffusers' notes about published config keys its classes ignore (flux2's force_upcast, wan22's
     clip_output): they are expected here and would bury the output of every run.

@@ -280,7 +280,8 @@ CLASSES: dict[str, ClassInfo] = {
     "AutoencoderKLQwenImage": ClassInfo("qwen", "conv3d", True, False),
     "AutoencoderKLWan": ClassInfo("wan", "conv3d", True, True, tiled_output_copies=3),
     "AutoencoderKLMiniMaxH3": ClassInfo("minimax", "conv3d", True, True, (
-        ("decode", "its 2.4B-parameter decoder is a ViT, not a convolutional VAE: vaemem measures its encoder only"),
+        ("decode", "MiniMax-H3's decoder is a ViT (2.4B parameters in the published model), not a convolutional "
+                   "VAE: vaemem measures its encoder only"),
     ), encodes_in_clips=True),
     # CogVideoX decodes latents two frames at a time: an even latent-frame count decodes to 4T frames, not
     # 1 + 4(T-1), so only clips of 1 + 8k frames (the pipelines' 49 and 81) round-trip.

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.files import write_atomic
+from vaemem.files import schema_error, write_atomic
 from vaemem.tracing.counter import ONEDNN_RULE
 from vaemem.tracing.trace import TraceResult, TraceSpec
 
@@ -113,17 +113,15 @@ def read_cache(path: str | Path) -> dict[str, Any]:
         raise VaememError(f"cannot read dry-run cache {path}: {e.strerror}") from None
     except ValueError as e:
         raise VaememError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("schema_version"), int):
+    if not isinstance(doc, dict) or type(doc.get("schema_version")) is not int:
         raise VaememError(f"{path}: no integer schema_version: not a vaemem dry-run cache")
-    if doc["schema_version"] != CACHE_SCHEMA_VERSION:
+    wrong = schema_error(doc["schema_version"], (CACHE_SCHEMA_VERSION,))
+    if wrong:
         if "entries" not in doc:  # every cache has held its entries: another file of ours (a coefficient file) is
             # not a newer cache to upgrade vaemem for
             raise VaememError(f"{path}: not a vaemem dry-run cache (it has no entries): `vaemem trace --zoo --record "
                               f"FILE` writes one")
-        newer = doc["schema_version"] > CACHE_SCHEMA_VERSION
-        raise VaememError(f"{path}: schema_version {doc['schema_version']} is "
-                          f"{'newer than' if newer else 'not'} the one this vaemem reads ({CACHE_SCHEMA_VERSION})"
-                          + ("; upgrade vaemem" if newer else ""))
+        raise VaememError(f"{path}: {wrong}")
     for field in ("torch_version", "diffusers_version", "entries_sha256"):
         if not isinstance(doc.get(field), str):
             raise VaememError(f"{path}: {field} missing or not a string")

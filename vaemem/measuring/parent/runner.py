@@ -24,7 +24,7 @@ from vaemem import __version__
 from vaemem.errors import VaememError
 from vaemem.measuring.plumbing.allocators import late_env, startup_env
 from vaemem.measuring.plumbing.launcher import Launcher, RunOutcome, make_launcher
-from vaemem.measuring.point import Point
+from vaemem.measuring.point import MAX_TIMEOUT_S, Point, runs_error
 from vaemem.measuring.child.rig import os_name
 from vaemem.measuring.parent.store import (SCHEMA_VERSION, STATUSES, append_record, check_out_path, demand_error,
                                            expand_paths, iter_records, sweep_lock)
@@ -237,10 +237,11 @@ def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: 
         if problem:
             raise VaememError(f"{p.key}: {problem}")
 
-    if runs < 1:
-        raise VaememError(f"--runs must be at least 1, got {runs}")
-    if not 0 < timeout_s < float("inf"):  # NaN too: no comparison holds
-        raise VaememError(f"--timeout must be a positive number of seconds, got {timeout_s}")
+    if runs_error(runs):
+        raise VaememError(runs_error(runs))
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:  # NaN too: no comparison holds
+        raise VaememError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:.0f} (a week), got "
+                          f"{timeout_s}")
     if launcher not in LAUNCHERS:
         raise VaememError(f"unknown launcher {launcher!r}; choose one of: {', '.join(LAUNCHERS)}")
     if devices and any(p.device_type != "cuda" for p in points):

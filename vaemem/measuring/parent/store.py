@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
+from vaemem.files import schema_error
 
 SCHEMA_VERSION = 1
 
@@ -169,13 +170,9 @@ def _check(record: Any) -> str | None:
     status and rig name with the right types, and a non-negative integer demand when ok."""
     if not isinstance(record, dict):
         return "not a JSON object"
-    version = record.get("schema_version")
-    if not isinstance(version, int):
-        return "no integer schema_version"
-    if version > SCHEMA_VERSION:
-        return f"schema_version {version} is newer than this vaemem understands ({SCHEMA_VERSION}); upgrade vaemem"
-    if version != SCHEMA_VERSION:
-        return f"unknown schema_version {version} (this vaemem reads {SCHEMA_VERSION})"
+    wrong = schema_error(record.get("schema_version"), (SCHEMA_VERSION,))
+    if wrong:
+        return wrong
     if "kind" in record or "status" not in record and "point_key" not in record and "model" not in record:
         return None  # another line kind (bench-conv3d), or a bare line: the reader of that kind checks it
     for name in ("model", "op", "dtype", "point_key"):
@@ -220,7 +217,7 @@ def iter_records(paths: Iterable[str | Path], skip_bad: bool = False,
                     record = json.loads(raw)
                     reason = _check(record)
                     version = record.get("schema_version") if isinstance(record, dict) else None
-                    newer = isinstance(version, int) and version > SCHEMA_VERSION
+                    newer = type(version) is int and version > SCHEMA_VERSION
                 except UnicodeDecodeError:  # a ValueError without .msg: binary bytes, not a measurement file
                     reason = "not UTF-8 text (a binary file?)"
                 except ValueError as e:

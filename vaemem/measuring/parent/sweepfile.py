@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from vaemem.errors import VaememError
-from vaemem.measuring.point import VARIANT_DEFAULTS, Point, build_grid
+from vaemem.files import schema_error
+from vaemem.measuring.point import VARIANT_DEFAULTS, Point, build_grid, runs_error
 
 SWEEP_SCHEMA_VERSION = 2  # 1: grids; 2: plans (a list of points with priorities and a budget)
 # Each key of a grid and the type of its list's items (res takes "WxH" strings or a bare side as an integer).
@@ -128,20 +129,18 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
         raise VaememError(f"{path}: not a sweep file (its top level must be a table of schema_version, runs and "
                           f"[[grid]]s, or a plan)")
     version = data.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise VaememError(f"{path}: no integer schema_version (this vaemem reads 1 and {SWEEP_SCHEMA_VERSION})")
+    wrong = schema_error(version, (1, SWEEP_SCHEMA_VERSION))  # 1 a sweep, 2 a plan
+    if type(version) is not int:
+        raise VaememError(f"{path}: {wrong} (this vaemem reads 1 and {SWEEP_SCHEMA_VERSION})")
     if set(data) - {"schema_version"} and not {"grid", "point", "runs"} & set(data):  # every sweep and plan has
         # held one: another file of ours (a coefficient file) is not a newer sweep to upgrade vaemem for
         raise VaememError(f"{path}: not a sweep file (no [[grid]], [[point]] or runs; its keys: "
                           f"{', '.join(sorted(data))}): write one as README's \"File formats\" shows, or with "
                           f"`vaemem plan`")
-    if version > SWEEP_SCHEMA_VERSION:
-        raise VaememError(f"{path}: schema_version {version} is newer than this vaemem understands "
-                          f"({SWEEP_SCHEMA_VERSION}); upgrade vaemem")
+    if wrong:
+        raise VaememError(f"{path}: {wrong}")
     if version == 2:
         return _load_plan(path, data)
-    if version != 1:
-        raise VaememError(f"{path}: schema_version {version!r} is not one this vaemem reads (1 or 2)")
     unknown = set(data) - {"schema_version", "runs", "grid"}
     if unknown:
         raise VaememError(f"{path}: unknown top-level keys {sorted(unknown)}; known: grid, runs, schema_version")
@@ -165,8 +164,8 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
 
 def _runs(path: Path, data: dict[str, Any]) -> int:
     runs = data.get("runs", 2)
-    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
-        raise VaememError(f"{path}: runs must be a positive integer, not {runs!r}")
+    if runs_error(runs, "runs"):
+        raise VaememError(f"{path}: {runs_error(runs, 'runs')}")
     return runs
 
 
