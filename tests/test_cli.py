@@ -56,8 +56,8 @@ def _err_line(result) -> str:
     (["estimate", "-m", "sdxl", "--op", "decode", "--res", "-5", "--dtype", "fp16", "--backend", "cudnn",
       "--allocator", "native", "--os", "linux"], "bad resolution"),
     (["estimate", "-m", "sdxl", "--op", "decode", "--res", "1024", "--dtype", "fp16", "--backend", "cudnn",
-      "--allocator", "native", "--os", "linux", "--cast", "op"], "--cast op says which weights were cast from "
-     "--loaded-dtype: give --loaded-dtype"),
+      "--allocator", "native", "--os", "linux", "--cast", "op"], "cast='op' says which weights were cast from "
+     "loaded_dtype: give loaded_dtype"),
     (["estimate", "-m", "nope", "--op", "decode", "--res", "512", "--dtype", "fp16", "--backend", "cudnn",
       "--allocator", "native", "--os", "linux"], "sdxl, wan21, wan22 (and the tiny test models tiny-kl, "),
     (["trace", "-m", "nope", "--op", "decode", "--res", "64"], "wan21, wan22 (or a tiny test model: tiny-cogvideox, "),
@@ -460,7 +460,7 @@ def test_ctrl_c_in_trace_and_fit_says_what_was_kept(tmp_path, monkeypatch):
     cache = tmp_path / "traces.json"
     res = runner.invoke(app, ["trace", "-m", "tiny-kl", "--op", "decode", "--res", "64", "--res", "96",
                               "--record", str(cache)])
-    assert res.exit_code == 130 and res.stderr == f"interrupted: 1 dry run recorded in {cache}\n"
+    assert res.exit_code == 130 and res.stderr == f"interrupted: {cache} holds 1 of the 2 dry runs asked\n"
     assert len(json.loads(cache.read_text())["entries"]) == 1
 
     def ctrl_c(*args, **kw):
@@ -495,7 +495,9 @@ def test_fit_check_passes_and_fails_through_the_cli(tmp_path):
     newer = runner.invoke(app, ["fit", *base, "--check"])
     assert newer.exit_code == 2 and _err_line(newer) == (f"error: {coef}: schema_version 999 is newer than this "
                                                          f"vaemem writes ({est.SCHEMA_VERSION}); upgrade vaemem to "
-                                                         f"check it")
+                                                         f"fit or check it")
+    before = coef.read_bytes()  # nor does a fit overwrite it with an older one
+    assert runner.invoke(app, ["fit", *base]).exit_code == 2 and coef.read_bytes() == before
     coef.write_text("{not json")  # a damaged file: said so, not "formatting only"
     broken = runner.invoke(app, ["fit", *base, "--check"])
     assert broken.exit_code == 1 and "is not valid JSON" in broken.output and "formatting only" not in broken.output

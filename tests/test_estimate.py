@@ -327,6 +327,7 @@ def test_fallback_never_prices_below_legacy():
     (dict(op="blur"), "unknown op 'blur'"),
     (dict(dtype="fp8"), "unknown dtype 'fp8'"),
     (dict(loaded_dtype="int8"), "unknown loaded_dtype"),
+    (dict(cast="op"), "cast='op' says which weights were cast from loaded_dtype: give loaded_dtype"),  # ignored before
     (dict(backend="tpu"), "unknown backend 'tpu'; choose one of: cudnn, miopen"),
     (dict(width=0), "width must be a positive integer"),
     (dict(width=1004), "multiples of 8"),

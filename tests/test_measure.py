@@ -43,7 +43,7 @@ MIB = 1024 * 1024
     (Point("tiny-kl", "decode", "fp32", 64, 64, device="tpu"), "bad device"),
     # no CUDA allocator setting reaches MPS: `plan --device mps --allocator system` offered cudaMallocAsync
     (Point("tiny-kl", "decode", "fp32", 64, 64, allocator="cudaMallocAsync", device="mps"), "choose one of: native$"),
-    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: MiniMax-H3's decoder is a ViT (2.4B parameters in the published model)"),
+    (Point("minimax-h3", "decode", "fp32", 64, 64, frames=17), "cannot decode: MiniMax-H3's decoder is a ViT"),
     (Point("tiny-kl", "decode", "fp32", 64, 64, overlap=0.5), "applies to tiled points only"),
     (Point("tiny-kl", "decode", "fp32", 128, 128, tile=64, overlap=1.0), r"a fraction from 0 to 0.5"),
     (Point("tiny-kl", "decode", "fp32", 128, 128, tile=64, overlap=0.6), r"a fraction from 0 to 0.5"),
@@ -351,6 +351,20 @@ def test_one_schema_version_rule_for_the_files_vaemem_reads(version, reads, said
     from vaemem.files import schema_error
 
     assert schema_error(version, reads) == said
+
+
+def test_json_true_is_no_schema_of_the_dry_run_cache_nor_the_exceptions_file(tmp_path):
+    """Both read ``"schema_version": true`` as schema 1 before (Python's True == 1)."""
+    from vaemem.fit.coefficients import load_exceptions
+    from vaemem.tracing.cache import read_cache
+
+    path = tmp_path / "f.json"
+    path.write_text('{"schema_version": true, "groups": {}}')
+    with pytest.raises(VaememError, match=r"f.json: no integer schema_version \(got True\)"):
+        load_exceptions(path)
+    path.write_text('{"schema_version": true, "entries": {}}')
+    with pytest.raises(VaememError, match=r"f.json: no integer schema_version: not a vaemem dry-run cache"):
+        read_cache(path)
 
 
 # ---- the runner (fake launcher) --------------------------------------------------------------------------------

@@ -145,6 +145,15 @@ def _fail(error: VaememError) -> None:
     raise typer.Exit(error.exit_code)
 
 
+def _lines(path: Path) -> int:
+    """The records in the JSON Lines file ``path`` (each append is one whole line or nothing); 0 if none."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except (FileNotFoundError, IsADirectoryError):
+        return 0
+
+
 def _interrupted(kept: str) -> None:
     """Ctrl-C in a long command: one line saying what it kept, exit 130, as an interrupted sweep says it."""
     typer.echo(f"interrupted: {kept}", err=True)
@@ -326,6 +335,7 @@ def trace(
     from vaemem.tracing.trace import TraceSpec, check, load_config, trace_many
 
     results: list = []
+    specs: list = []
     try:
         cfg = None
         if zoo:
@@ -390,9 +400,13 @@ def trace(
                 return
     except VaememError as e:
         _fail(e)
-    except KeyboardInterrupt:  # each dry run is recorded as it ends
-        _interrupted(f"{_count(len(results), 'dry run')} recorded in {record_to}" if record_to is not None else
-                     f"{_count(len(results), 'dry run')} done, none kept (--record FILE keeps them)")
+    except KeyboardInterrupt:  # each dry run is recorded as it ends (the file says how many: one may be mid-write)
+        if record_to is None:
+            _interrupted(f"{_count(len(results), 'dry run')} done, none kept (--record FILE keeps them)")
+        from vaemem.tracing import cache as tc
+
+        held = tc.read_cache(record_to)["entries"] if record_to.exists() else {}
+        _interrupted(f"{record_to} holds {sum(s.key in held for s in specs)} of the {len(specs)} dry runs asked")
     if as_json:
         # one shape for any number of points: a script need not know how many the grid held after dedup
         typer.echo(json.dumps({"schema_version": TRACE_SCHEMA_VERSION, "traces": [r.to_dict() for r in results]},
@@ -450,21 +464,13 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
     def on_term(signum: int, frame: Any) -> None:
         raise Terminated(signum)
 
-    def lines(path: Path) -> int:
-        """The records in ``path`` (each append is one whole line or nothing)."""
-        try:
-            with open(path, "rb") as f:
-                return sum(1 for _ in f)
-        except FileNotFoundError:
-            return 0
-
     # SIGHUP where the platform has it (not Windows), unless ignored: `nohup vaemem measure` must outlive its shell
     hup = getattr(signal, "SIGHUP", None)
     caught = [signal.SIGTERM] + ([hup] if hup is not None and signal.getsignal(hup) is not signal.SIG_IGN else [])
     previous = {sig: signal.signal(sig, on_term) for sig in caught}
     console = _console()
     records: list[dict] = []
-    start = lines(out)
+    start = _lines(out)
     planned: list[int] = []
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn()]
@@ -493,7 +499,7 @@ def _run_sweep(points: list, out: Path, rig: str, runs: int, launcher: str, time
         how = ("interrupted" if not isinstance(stop, Terminated) else "terminated" if stop.signum == signal.SIGTERM
                else "hung up")
         # the file's count: an interrupt can land between a record's append and the callback that counts it
-        typer.echo(f"{how}: {_count(lines(out) - start, 'run')} kept in {out}", err=True)
+        typer.echo(f"{how}: {_count(_lines(out) - start, 'run')} kept in {out}", err=True)
         raise typer.Exit(128 + stop.signum if isinstance(stop, Terminated) else 130) from None
     except VaememError as e:  # e.g. a full disk: the sweep stops, and says what it kept
         raise VaememError(f"{e}; the sweep stopped, {_count(len(records), 'run')} kept in {out}", e.exit_code) from None
@@ -646,6 +652,8 @@ def fit(
         elif not out.is_file():
             raise VaememError(f"cannot read coefficient file {out}: "
                               + ("it is a directory" if out.is_dir() else "no such file"))
+        if out.is_file():  # a newer vaemem's file: before the half minute of fitting, and never overwritten
+            co.refuse_newer(out)
         data = _load_measurements(measurements, skip_bad)
         points = [p.point_key for _, pts in data.groups.values() for p in pts]
         if len(points) < 2:  # refused now, not after deriving structures
@@ -731,7 +739,7 @@ def fit(
     except VaememError as e:
         _fail(e)
     except KeyboardInterrupt:  # the file is written whole by a rename, or not at all
-        _interrupted(f"{out} written" if written else f"{out} not written")
+        _interrupted("nothing checked" if check_only else f"{out} written" if written else f"{out} not written")
 
 
 def _coefficient_table(doc: dict) -> Any:
@@ -910,8 +918,6 @@ def estimate_cmd(
 
     try:
         w, h = parse_res(res)
-        if cast == "op" and loaded_dtype is None:  # the library's default is "model": only the CLI sees "op" given
-            raise VaememError(f"--cast {cast} says which weights were cast from --loaded-dtype: give --loaded-dtype")
         backend, allocator, os_, attention = _assumed_platform(dtype, backend, allocator, os_, attention)
         layers = [_coefficient_file(c) for c in coefficients or []]  # packaged: the shipped file, whatever
         # $VAEMEM_COEFFICIENTS says (it sets the default, which no --coefficients takes)
@@ -1137,20 +1143,23 @@ def bench_conv3d(
     from vaemem.measuring.point import parse_res
     from vaemem.measuring.child.rig import rig_name as resolve_rig_name
 
+    out_path, start = out, 0
     try:
         w, h = parse_res(res)
         rc = tiles.lower().split("x")
         if len(rc) != 2 or not all(v.isdigit() for v in rc):
             raise VaememError(f"bad --tiles {tiles!r}: write RxC, e.g. 1x2")
         rig_name = resolve_rig_name(rig, device)
+        out_path = out or Path("measurements/conv3d") / f"{rig_name}.jsonl"
+        start = _lines(out_path)
         records = b.bench(model, conv3d, method=method, frames=frames, width=w, height=h,
-                          tiles=(int(rc[0]), int(rc[1])), dtype=dtype, runs=runs, device=device,
-                          out=out or Path("measurements/conv3d") / f"{rig_name}.jsonl", rig=rig_name,
-                          launcher=launcher or default_launcher())
+                          tiles=(int(rc[0]), int(rc[1])), dtype=dtype, runs=runs, device=device, out=out_path,
+                          rig=rig_name, launcher=launcher or default_launcher())
     except VaememError as e:
         _fail(e)
-    except KeyboardInterrupt:  # each path's record is appended as it ends
-        _interrupted("nothing recorded (a bench appends its records once every path has run)")
+    except KeyboardInterrupt:  # the records are appended once every path has run, one at a time: the file says
+        _interrupted(f"{_count(_lines(out_path) - start, 'record')} kept in {out_path}" if out_path is not None
+                     else "nothing recorded")
     if as_json:
         typer.echo(json.dumps(records, indent=1, sort_keys=True))
     else:

@@ -1668,9 +1668,10 @@ def attention_eval(ac: tuple, w: int, h: int, b: int, f: int, terms: tuple | Non
     side = math.isqrt(least)
     if structure_eval(ac, 2 * side, 2 * side, b, f, None, terms) >= 4 * v:  # per pixel, grows with the area
         return v * area / least
-    a, q, base = terms or frame_terms(ac, f)
-    if q == 0 and 0 <= b * base <= LINEAR_ATTENTION_BASE * v:  # linear in the pixels: the line, base and all
-        return b * (a * area + base)
+    if ac[8] is None and ac[9] is None and ac[10] is None:  # a plain line: no second area piece, split, clips
+        a, q, base = terms or frame_terms(ac, f)
+        if q == 0 and 0 <= b * base <= LINEAR_ATTENTION_BASE * v:  # linear in the pixels: the line, base and all
+            return b * (a * area + base)
     return v
 
 
@@ -1977,6 +1978,8 @@ def _check_request(op: str, dtype: str, loaded_dtype: str | None, backend: str, 
         raise ValueError(f"unknown os {os!r}; choose one of: {', '.join(OSES)}")
     if cast not in CAST:
         raise ValueError(f"unknown cast {cast!r}; choose one of: {', '.join(CAST)}")
+    if cast != "model" and loaded_dtype is None:  # "model" is the default: any other was given, and meant nothing
+        raise ValueError(f"cast={cast!r} says which weights were cast from loaded_dtype: give loaded_dtype")
     if backend == AMX_BACKEND and dtype == "fp32":
         raise ValueError(f"backend {AMX_BACKEND} is oneDNN's half precision on a CPU with AMX tiles; fp32 runs there "
                          f"as onednn")

@@ -174,8 +174,8 @@ def bench(model: str, conv3d: str, *, method: str | None = None, frames: int = 1
     spec = get_spec(model)
     rows, cols = tiles
     f = spec.spatial_factor
-    if runs_error(runs):
-        raise VaememError(runs_error(runs))
+    if wrong := runs_error(runs):
+        raise VaememError(wrong)
     if frames < 1 or rows < 1 or cols < 1:
         raise VaememError("--frames and --tiles must be positive")
     if spec.frames_error(frames):

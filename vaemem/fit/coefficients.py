@@ -946,6 +946,21 @@ def diff_documents(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
+def refuse_newer(path: Path, doc: object = None) -> None:
+    """A VaememError where the coefficient file at ``path`` (or its parsed ``doc``) is of a newer schema than this
+    vaemem writes: a check of it says upgrade, not "differs", and a fit does not overwrite it with an older one.
+    Anything else (no file, not JSON, an older schema) is the caller's to judge."""
+    if doc is None:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    if type(version) is int and version > SCHEMA_VERSION:
+        raise VaememError(f"{path}: schema_version {version} is newer than this vaemem writes ({SCHEMA_VERSION}); "
+                          f"upgrade vaemem to fit or check it")
+
+
 def check(committed: Path, derived_text: str) -> list[str]:
     """Differences between the committed file and the derived text; [] when byte-identical. A file that cannot be
     read is an error (:class:`VaememError`), not a difference."""
@@ -959,9 +974,6 @@ def check(committed: Path, derived_text: str) -> list[str]:
         old = json.loads(committed_text)
     except ValueError as e:
         return [f"{committed} is not valid JSON ({e}): regenerate it with vaemem fit"]
-    version = old.get("schema_version") if isinstance(old, dict) else None
-    if type(version) is int and version > SCHEMA_VERSION:  # not a difference this vaemem could remedy by a refit
-        raise VaememError(f"{committed}: schema_version {version} is newer than this vaemem writes ({SCHEMA_VERSION})"
-                          f"; upgrade vaemem to check it")
+    refuse_newer(committed, old)
     diffs = diff_documents(old, json.loads(derived_text)) if isinstance(old, dict) else []
     return diffs or ["the files differ in formatting only (hand-edited?): regenerate with vaemem fit"]

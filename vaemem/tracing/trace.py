@@ -623,6 +623,13 @@ def _trace(spec: TraceSpec, config: dict[str, Any] | None, fake: bool, replay: b
                        diffusers.__version__)
 
 
+def _ignore_interrupts() -> None:
+    """A dry-run worker's start: SIGINT ignored (see :func:`trace_many`)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def trace_many(specs: list[TraceSpec], config: dict[str, Any] | None = None, jobs: int = 1) -> Iterator[TraceResult]:
     """Dry-run every spec, yielding results in ``specs`` order; ``jobs`` > 1 runs them in that many spawned
     processes (a dry run is one core's Python; the results are exact, so the order of completion changes
@@ -634,7 +641,10 @@ def trace_many(specs: list[TraceSpec], config: dict[str, Any] | None = None, job
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # the workers ignore Ctrl-C, which the terminal sends to the whole group: the parent stops and shuts them down
+    # (each printed a traceback of its own under the parent's one line)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_ignore_interrupts) as pool:
         futures = [pool.submit(trace, s, config) for s in specs]
         try:
             for f in futures:

@@ -237,8 +237,8 @@ def check_options(points: Sequence[Point], runs: int, launcher: str, timeout_s: 
         if problem:
             raise VaememError(f"{p.key}: {problem}")
 
-    if runs_error(runs):
-        raise VaememError(runs_error(runs))
+    if wrong := runs_error(runs):
+        raise VaememError(wrong)
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # NaN too: no comparison holds
         raise VaememError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:.0f} (a week), got "
                           f"{timeout_s}")

@@ -164,8 +164,8 @@ def load_sweep(path: str | Path, device: str) -> Sweep:
 
 def _runs(path: Path, data: dict[str, Any]) -> int:
     runs = data.get("runs", 2)
-    if runs_error(runs, "runs"):
-        raise VaememError(f"{path}: {runs_error(runs, 'runs')}")
+    if wrong := runs_error(runs, "runs"):
+        raise VaememError(f"{path}: {wrong}")
     return runs
 
 

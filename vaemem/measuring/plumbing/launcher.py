@@ -179,9 +179,9 @@ class _Helper:
             )
         finally:
             os.close(write_fd)
-        self.channel = os.fdopen(read_fd, "rb", buffering=0)
-        self.reader = _LineReader(self.channel)
         try:
+            self.channel = os.fdopen(read_fd, "rb", buffering=0)
+            self.reader = _LineReader(self.channel)
             ready = self.reader.readline(timeout_s=300)
         except EOFError:
             ready = None
@@ -203,7 +203,9 @@ class _Helper:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.channel.close()
+        channel = getattr(self, "channel", None)  # none where an interrupt came before it was opened
+        if channel is not None:
+            channel.close()
         self.log.close()
 
 
