@@ -146,11 +146,12 @@ def _fail(error: VaememError) -> None:
 
 
 def _lines(path: Path) -> int:
-    """The records in the JSON Lines file ``path`` (each append is one whole line or nothing); 0 if none."""
+    """The records in the JSON Lines file ``path`` (each append is one whole line or nothing); 0 where it cannot be
+    read (none yet, or a path the command refuses with its own message)."""
     try:
         with open(path, "rb") as f:
             return sum(1 for _ in f)
-    except (FileNotFoundError, IsADirectoryError):
+    except OSError:
         return 0
 
 
