@@ -1039,3 +1039,24 @@ def test_points_on_a_device_torch_does_not_see_are_refused_before_any_run(tmp_pa
     with pytest.raises(VaememError, match="cannot ask torch which devices it sees"):
         check_devices(cuda, None, [str(tmp_path / "no-such-interpreter")])
     check_devices([Point("tiny-kl", "decode", "fp32", 64, 64)], None, [str(tmp_path / "no-such-interpreter")])
+
+
+def test_kill_group_kills_a_process_that_leads_no_group_yet():
+    """The one kill of a run's process (the launcher's and the fork helper's): a forked child before its setpgid
+    leads no group, and killpg alone missed it."""
+    import subprocess
+    import sys
+
+    from vaemem.measuring.plumbing.forkserver import kill_group
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # in this test's group
+    try:
+        assert os.getpgid(proc.pid) != proc.pid
+        kill_group(proc.pid)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    kill_group(proc.pid)  # gone (reaped): nothing to kill, and no error
+    kill_group(None)

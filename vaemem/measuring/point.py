@@ -23,8 +23,6 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 CONV3D = ("native", "decomposed")
 DECOMPOSABLE = ("wan", "minimax")  # families whose causal conv3d vaemem.conv3d.patch can decompose
 DEFAULT_OVERLAP = 0.25  # diffusers' tile_overlap_factor
-# A point's variant fields and their defaults: the default variant is what lines measured before these fields
-# existed ran, so they read as it and their keys carry no suffix.
 MAX_RUNS = 1000  # runs per point (or chunks per bench-conv3d path): past it a typo, whose planning alone took hours
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a run's time limit: past a week a typo, and past ~1e9 s the OS's clocks overflow
 
@@ -36,6 +34,8 @@ def runs_error(runs: object, name: str = "--runs") -> str | None:
     return None
 
 
+# A point's variant fields and their defaults: the default variant is what lines measured before these fields
+# existed ran, so they read as it and their keys carry no suffix.
 VARIANT_DEFAULTS = {"overlap": DEFAULT_OVERLAP, "slicing": False, "attention": "fused", "conv3d": "native"}
 
 

@@ -48,16 +48,27 @@ def die_with_parent(parent: int, sig: int | None = None) -> None:
         os.kill(os.getpid(), sig)
 
 
+def kill_group(pid: int | None) -> None:
+    """SIGKILL the process group led by ``pid`` (the child and everything it started); the process alone where
+    there are no process groups (SIGTERM there, Windows' only kill), or where it leads none yet (a forked child
+    before its ``setpgid``). The one kill of a run's process: the launcher's and this helper's."""
+    if pid is None:
+        return
+    try:
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                return
+            except ProcessLookupError:  # no such group: not yet one of its own, or gone
+                pass
+        os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _parent_died(signum: int, frame: object) -> None:
     """The sweep's process died (SIGKILL leaves it no chance to clean up): kill the running child's group, and go."""
-    if _CHILD is not None:
-        try:
-            os.killpg(_CHILD, signal.SIGKILL)
-        except OSError:  # not yet a group of its own: the child alone
-            try:
-                os.kill(_CHILD, signal.SIGKILL)
-            except OSError:
-                pass
+    kill_group(_CHILD)
     os._exit(1)
 
 

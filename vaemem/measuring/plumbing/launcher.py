@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from typing import IO, Any
 
 from vaemem.errors import VaememError
 from vaemem.measuring.plumbing.allocators import child_env, clean_env, late_env, startup_env
-from vaemem.measuring.plumbing.forkserver import PARENT_ENV
+from vaemem.measuring.plumbing.forkserver import PARENT_ENV, kill_group
 
 LAUNCHERS = ("fork", "spawn")
 STDERR_TAIL_CHARS = 2000
@@ -66,20 +65,6 @@ def _read_result(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def kill_group(pid: int | None) -> None:
-    """SIGKILL the process group led by ``pid`` (the child and everything it started); the process alone where
-    there are no process groups."""
-    if pid is None:
-        return
-    try:
-        if hasattr(os, "killpg"):
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Launcher(ABC):
